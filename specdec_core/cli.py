@@ -1,0 +1,176 @@
+"""`python -m specdec_core ...`: generate, bench, profile, report, prepare.
+
+Bad input never shows a traceback: one line on stderr, exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import SpecDecError
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage + message; we print one line and exit 2 like every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SpecDecError(message)
+
+
+def _csv(kind):
+    def parse(text: str):
+        try:
+            return [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return parse
+
+
+def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    """Options shared by generate and bench (bench accepts comma lists for --k and --temperature)."""
+    p.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default) or tiny")
+    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram, sim or early-exit")
+    p.add_argument("--k", type=_csv(int) if sweep else int, default=[4] if sweep else 4,
+                   help="max drafted tokens per step, 1..16" + (" (comma list to sweep)" if sweep else ""))
+    p.add_argument("--dynamic-k", type=float, default=None, metavar="T",
+                   help="stop drafting when the draft's top probability falls below T")
+    p.add_argument("--window", type=int, default=16, help="nar/jacobi window (default 16)")
+    p.add_argument("--hit-rate", type=float, default=0.7, help="sim drafter: chance each draft is right")
+    p.add_argument("--ngram-min", type=int, default=1)
+    p.add_argument("--ngram-max", type=int, default=3)
+    p.add_argument("--early-exit-layers", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=_csv(float) if sweep else float, default=[0.0] if sweep else 0.0,
+                   help="0 = greedy" + (" (comma list to sweep)" if sweep else ""))
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16 or float64")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m specdec_core", description="A real, exact, observable speculative-decoding engine.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    g = sub.add_parser("generate", help="decode one prompt and print the text (or JSON)")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--mode", default="ar", help="ar, nar, jacobi or spec")
+    add_generation_options(g)
+    g.add_argument("--json", action="store_true", help="print {text, token_ids, metrics} as JSON")
+    g.add_argument("--trace", type=Path, help="save the step-by-step trace as JSON")
+
+    b = sub.add_parser("bench", help="time modes on a prompt suite, interleaved per prompt")
+    b.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts" / "quick.jsonl")
+    b.add_argument("--modes", default="ar,spec:ngram,hf:ar,hf:pld",
+                   help="comma list of ar, nar, jacobi, spec:DRAFTER, hf:ar, hf:pld, hf:assisted")
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
+    b.add_argument("--out", type=Path, required=True)
+    add_generation_options(b, sweep=True)
+
+    pr = sub.add_parser("profile", help="measure the cost model: forward time vs tokens and batch size")
+    pr.add_argument("--model", default="smollm2-135m")
+    pr.add_argument("--device", default="auto")
+    pr.add_argument("--dtype", default="auto")
+    pr.add_argument("--tokens", type=_csv(int), default=[1, 2, 3, 4, 6, 8, 12, 16])
+    pr.add_argument("--batch", type=_csv(int), default=[1, 2, 4, 8, 16])
+    pr.add_argument("--repeats", type=int, default=5)
+    pr.add_argument("--out", type=Path, help="write the cost model as JSON")
+
+    sub.add_parser("prepare", help="convert the model once into the local cache")
+    return parser
+
+
+def ensure_writable(path: Path) -> None:
+    """Fail before an expensive run, not after it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        raise SpecDecError(f"cannot write {path}: {err.strerror or err}")
+
+
+def config_from_args(args, mode: str, k: int | None = None, temperature: float | None = None):
+    from .generate import GenerationConfig
+    return GenerationConfig(
+        mode=mode, drafter=args.drafter, k=args.k if k is None else k, dynamic_k=args.dynamic_k,
+        window=args.window, hit_rate=args.hit_rate, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
+        early_exit_layers=args.early_exit_layers, max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature if temperature is None else temperature, top_k=args.top_k,
+        top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stop=tuple(args.stop))
+
+
+def cmd_generate(args) -> None:
+    from tqdm import tqdm
+
+    from .generate import generate
+    from .metrics import positional_matches
+    from .models import load_model
+
+    if not args.prompt.strip():
+        raise SpecDecError("the prompt is empty")
+    if args.trace:
+        ensure_writable(args.trace)
+    mode = args.mode
+    if mode.startswith("spec:"):  # accept bench-style labels too
+        mode, args.drafter = "spec", mode.split(":", 1)[1]
+    config = config_from_args(args, mode)
+    lm = load_model(args.model, args.device, args.dtype)
+    config.validate(lm, len(lm.encode(args.prompt, args.raw)))
+    with tqdm(total=config.max_new_tokens, unit="tok", disable=args.json or not sys.stderr.isatty(), leave=False) as bar:
+        result = generate(lm, args.prompt, config, raw=args.raw, progress=lambda n: bar.update(n - bar.n))
+    extra = {}
+    if mode == "nar":  # NAR's point: how much of AR's text did one-shot prediction get right?
+        ar = generate(lm, args.prompt, config_from_args(args, "ar"), raw=args.raw)
+        extra = {"matches_ar": positional_matches(result.token_ids, ar.token_ids), "ar_tokens": len(ar.token_ids)}
+    if args.trace:
+        result.trace.save(args.trace)
+    if args.json:
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "metrics": result.metrics, **extra}, ensure_ascii=False))
+        return
+    print(result.text)
+    m = result.metrics
+    summary = (f"[{config.label}] {m['new_tokens']} tokens, {m['target_forwards']} target forwards, "
+               f"tau={m['mean_acceptance_length']:.2f}, {m['tokens_per_s']:.1f} tok/s")
+    if mode == "spec":
+        summary += f", alpha={m['draft_acceptance_rate']:.2f}"
+    if extra:
+        summary += f", {extra['matches_ar']}/{extra['ar_tokens']} tokens match AR"
+    print(summary, file=sys.stderr)
+
+
+def cmd_prepare(args) -> None:
+    from .models import converted_model_dir
+    print(converted_model_dir())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "generate":
+            cmd_generate(args)
+        elif args.command == "bench":
+            from .bench import run_bench
+            run_bench(args)
+        elif args.command == "profile":
+            from .costmodel import run_profile
+            run_profile(args)
+        elif args.command == "prepare":
+            cmd_prepare(args)
+    except SpecDecError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,90 @@
+"""A separate small causal LM as the drafter: same tokenizer, its own KV cache.
+
+`early-exit` (below) fills it with the target's first layers, untrained; the trained-drafters work
+fills it with trained weights as `draft`.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, LlamaForCausalLM
+
+from ..models import LoadedModel
+from ..sampling import SamplingParams, logits_to_probs, penalise_repeats, sample
+from .base import Draft, Drafter
+
+
+class DraftModelDrafter(Drafter):
+    """Drafts k tokens autoregressively with a small model; q is its processed distribution."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft",
+                 dynamic_k: float | None = None, shared_params: bool = False) -> None:
+        self.model = model.eval()
+        self.device = device
+        self.name = name
+        self.dynamic_k = dynamic_k  # stop drafting when q's top probability falls below this
+        self.shared_params = shared_params  # weights borrowed from the target cost no extra memory
+        self.cache = DynamicCache(config=model.config)
+        self.cached_ids: list[int] = []  # tokens whose keys/values are in self.cache
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.cached_ids = []
+
+    @torch.inference_mode()
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        out = self.model(input_ids=torch.tensor([ids], device=self.device), cache=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        self.cached_ids.extend(ids)
+        return out.logits[0, -1].float()  # (V,)
+
+    def _sync_cache(self, context: list[int]) -> torch.Tensor:
+        """Reuse the cached prefix shared with `context`, feed the rest, return next-token logits."""
+        common = 0
+        limit = min(len(self.cached_ids), len(context) - 1)  # always feed >= 1 token to get logits
+        while common < limit and self.cached_ids[common] == context[common]:
+            common += 1
+        if len(self.cached_ids) > common:
+            self.cache.crop(-(len(self.cached_ids) - common))
+            del self.cached_ids[common:]
+        return self._feed(context[common:])
+
+    def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
+        logits = self._sync_cache(context)
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
+        for i in range(k):
+            # q goes through exactly the processing p will get (temperature, top-k, top-p, penalty).
+            q = logits_to_probs(penalise_repeats(logits, context + tokens, params.repetition_penalty), params)
+            if self.dynamic_k is not None and float(q.max()) < self.dynamic_k:
+                break
+            token = int(torch.argmax(q)) if params.greedy else sample(q, generator)
+            tokens.append(token)
+            qs.append(q)
+            if i < k - 1:
+                logits = self._feed([token])
+        return Draft(tokens, torch.stack(qs) if qs else None)
+
+    def memory_bytes(self) -> int:
+        cache = sum(t.numel() * t.element_size() for layer in self.cache.layers
+                    for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
+        weights = 0 if self.shared_params else sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return cache + weights
+
+
+def early_exit_model(lm: LoadedModel, layers: int) -> LlamaForCausalLM:
+    """The target's first `layers` decoder layers + its final norm + output head, weights shared.
+
+    Untrained as a drafter: the final norm and head were trained to read layer 30, not layer 4,
+    which is why its acceptance is low (seed misconception 3: smaller is not automatically better).
+    """
+    config = lm.model.config.__class__(**{**lm.model.config.to_dict(), "num_hidden_layers": layers})
+    with torch.device("meta"):  # build the skeleton without allocating weights we replace anyway
+        draft = LlamaForCausalLM(config)
+    target = lm.model
+    draft.model.embed_tokens = target.model.embed_tokens
+    draft.model.layers = torch.nn.ModuleList(target.model.layers[:layers])
+    draft.model.norm = target.model.norm
+    draft.model.rotary_emb = target.model.rotary_emb
+    draft.lm_head = target.lm_head
+    draft.generation_config = target.generation_config
+    return draft.eval()

@@ -1,0 +1,359 @@
+"""The decode loops: AR, NAR (one shot), Jacobi (iterative refinement) and speculative (draft -> verify).
+
+Read `speculative_step` next to lesson 3: draft k -> verify all k in one target forward -> accept the
+agreeing prefix -> append the target's correction (or a bonus token when all k were accepted) ->
+roll back the KV cache. AR is the same step with nothing drafted.
+
+Invariant for ar / spec / jacobi: the target's KV cache holds every token except the last one
+(the last token is fed at the start of the next forward). NAR commits guesses it never fed, so it
+keeps a `cache_len` and catches up.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+import torch
+
+from .drafters import DRAFTERS, Drafter, make_drafter
+from .errors import SpecDecError
+from .models import LoadedModel
+from .sampling import SamplingParams, choose, logits_to_probs, process_logits, verify_sampled
+from .target import Target, timed
+from .trace import Piecer, StepEvent, Token, Trace
+
+MODES = ("ar", "nar", "jacobi", "spec")
+MAX_K = 16
+TOP_N = 5  # how many top tokens of p and q a step records for the inspector
+
+
+@dataclass
+class GenerationConfig:
+    mode: str = "ar"
+    drafter: str = "ngram"
+    k: int = 4
+    dynamic_k: float | None = None
+    window: int = 16
+    hit_rate: float = 0.7
+    ngram_min: int = 1
+    ngram_max: int = 3
+    early_exit_layers: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int | None = 0
+    stop: tuple[str, ...] = ()
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.repetition_penalty, self.seed)
+
+    @property
+    def label(self) -> str:
+        return f"spec:{self.drafter}" if self.mode == "spec" else self.mode
+
+    def validate(self, lm: LoadedModel, prompt_len: int) -> None:
+        """Raise SpecDecError with a one-line message for any bad setting."""
+        if self.mode not in MODES:
+            raise SpecDecError(f"unknown mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        if self.mode == "spec" and self.drafter not in DRAFTERS:
+            raise SpecDecError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(DRAFTERS)}")
+        if not 1 <= self.k <= MAX_K:
+            raise SpecDecError(f"k must be between 1 and {MAX_K} (got {self.k})")
+        if self.dynamic_k is not None and not 0 < self.dynamic_k < 1:
+            raise SpecDecError(f"dynamic-k threshold must be in (0, 1) (got {self.dynamic_k})")
+        if not 1 <= self.window <= 64:
+            raise SpecDecError(f"window must be between 1 and 64 (got {self.window})")
+        if not 0 <= self.hit_rate <= 1:
+            raise SpecDecError(f"hit rate must be in [0, 1] (got {self.hit_rate})")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise SpecDecError(f"need 1 <= ngram-min <= ngram-max (got {self.ngram_min}, {self.ngram_max})")
+        layers = lm.model.config.num_hidden_layers
+        if self.mode == "spec" and self.drafter == "early-exit" and not 1 <= self.early_exit_layers < layers:
+            raise SpecDecError(f"early-exit layers must be between 1 and {layers - 1} (got {self.early_exit_layers})")
+        self.sampling.validate()
+        if self.mode in ("nar", "jacobi") and not self.sampling.greedy:
+            raise SpecDecError(f"{self.mode} decodes greedily in this lab: use temperature 0")
+        if self.max_new_tokens < 1:
+            raise SpecDecError(f"max-new-tokens must be >= 1 (got {self.max_new_tokens})")
+        if prompt_len + self.max_new_tokens + max(self.k, self.window) + 1 > lm.context_length:
+            if prompt_len >= lm.context_length:
+                raise SpecDecError(f"the prompt has {prompt_len} tokens, more than the model's context of {lm.context_length}")
+            raise SpecDecError(f"prompt ({prompt_len} tokens) + max-new-tokens ({self.max_new_tokens}) does not fit "
+                               f"the model's context of {lm.context_length} tokens")
+
+
+@dataclass
+class DecodeState:
+    """Everything one request owns: tokens, the target's KV cache, its drafter, its random stream.
+
+    Self-contained on purpose, so a batch of requests is a list of states.
+    """
+
+    prompt_ids: list[int]
+    cache: object
+    generator: torch.Generator
+    drafter: Drafter | None = None
+    output_ids: list[int] = field(default_factory=list)
+    target_forwards: int = 0  # decode forwards (prefill excluded)
+    stop_reason: str = ""
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+
+class Stopper:
+    """Decides after each appended token whether generation ends: EOS, a stop string, or the limit."""
+
+    def __init__(self, lm: LoadedModel, config: GenerationConfig) -> None:
+        self.eos = lm.eos_token_ids
+        self.stop = tuple(s for s in config.stop if s)
+        self.max_new_tokens = config.max_new_tokens
+        self.decode = lm.decode
+
+    def __call__(self, state: DecodeState) -> str:
+        if state.output_ids[-1] in self.eos:
+            return "eos"
+        if self.stop and any(s in self.decode(state.output_ids) for s in self.stop):
+            return "stop_string"
+        if len(state.output_ids) >= self.max_new_tokens:
+            return "max_new_tokens"
+        return ""
+
+
+def emit(state: DecodeState, tokens: list[int], stopper: Stopper) -> list[int]:
+    """Append tokens one by one, truncating at the first stop: every mode stops at the same place."""
+    appended = []
+    for token in tokens:
+        state.output_ids.append(token)
+        appended.append(token)
+        state.stop_reason = stopper(state)
+        if state.stop_reason:
+            break
+    return appended
+
+
+def _top(probs: torch.Tensor, piecer: Piecer, n: int = TOP_N) -> list[Token]:
+    values, ids = torch.topk(probs, n)
+    return [Token(int(i), piecer.tokenizer.decode([int(i)]), float(v)) for v, i in zip(values, ids)]
+
+
+def prefill(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper, piecer: Piecer) -> StepEvent:
+    """Read the whole prompt in one forward and choose the first new token."""
+    seconds: list[float] = []
+    with timed(target.lm.device, seconds):
+        logits = target.forward(state.cache, state.prompt_ids, last_only=True).logits
+        logits = process_logits(logits, state.prompt_ids, [], config.sampling)
+        token = choose(logits[-1], config.sampling, state.generator)
+    prob = float(logits_to_probs(logits[-1], config.sampling)[token])
+    emit(state, [token], stopper)
+    return StepEvent(index=0, mode=config.mode, kind="prefill", emitted=piecer.tokens(state.prompt_ids, [token], [prob]),
+                     verify_s=seconds[0])
+
+
+def speculative_step(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper,
+                     piecer: Piecer, index: int) -> StepEvent:
+    """One draft -> verify -> accept -> correct/bonus -> rollback step. With no drafter: one AR step."""
+    params = config.sampling
+    context = state.tokens
+    remaining = config.max_new_tokens - len(state.output_ids)
+    k = min(config.k, remaining - 1)  # never draft past the token limit: those drafts could not be used
+    draft_time: list[float] = []
+    with timed(target.lm.device, draft_time):
+        draft = state.drafter.propose(context, k, params, state.generator) if state.drafter and k > 0 else None
+    drafted = draft.tokens[:k] if draft else []
+
+    verify_time: list[float] = []
+    with timed(target.lm.device, verify_time):
+        # Verify: the last token plus all drafts in ONE forward; row i predicts the token after drafted[:i].
+        hidden_layers = state.drafter.hidden_layers if state.drafter else ()
+        out = target.forward(state.cache, [context[-1]] + drafted, hidden_layers=hidden_layers)
+        state.target_forwards += 1
+        logits = process_logits(out.logits, context, drafted, params)  # (n+1, V)
+        p = logits_to_probs(logits, params)  # (n+1, V): sampling p, or the display softmax when greedy
+        q = draft.q[: len(drafted)] if draft is not None and draft.q is not None else None
+        residual = None
+        if params.greedy:
+            choices = torch.argmax(logits, dim=-1).tolist()
+            accepted = 0
+            while accepted < len(drafted) and drafted[accepted] == choices[accepted]:
+                accepted += 1
+            next_token, accept_probs = choices[accepted], []
+        else:
+            verdict = verify_sampled(drafted, q, p, state.generator)
+            accepted, next_token, accept_probs, residual = verdict.accepted, verdict.next_token, verdict.accept_probs, verdict.residual
+        # Rollback: the cache now holds the last token + all drafts; forget the rejected ones.
+        target.rollback(state.cache, len(drafted) - accepted)
+
+    appended = emit(state, drafted[:accepted] + [next_token], stopper)
+    if state.drafter:
+        state.drafter.observe(accepted, appended, out.hidden)
+
+    argmax = torch.argmax(p, dim=-1).tolist()
+    extra_kind = None if not drafted else ("bonus" if accepted == len(drafted) else "correction")
+    q_of_draft = [1.0] * len(drafted) if q is None else [float(q[i, t]) for i, t in enumerate(drafted)]
+    return StepEvent(
+        index=index, mode=config.mode, kind="decode",
+        emitted=piecer.tokens(context, appended, [float(p[i, t]) for i, t in enumerate(appended)]),
+        drafted=piecer.tokens(context, drafted, q_of_draft),
+        target=piecer.tokens(context, argmax, [float(p[i, t]) for i, t in enumerate(argmax)]),
+        p_of_draft=[float(p[i, t]) for i, t in enumerate(drafted)],
+        accept_probs=accept_probs, accepted=accepted,
+        extra=piecer.tokens(context + drafted[:accepted], [next_token], [float(p[accepted, next_token])])[0] if drafted else None,
+        extra_kind=extra_kind,
+        p_top=[_top(row, piecer) for row in p] if drafted else [],
+        q_top=[_top(row, piecer) for row in q] if q is not None else [],
+        residual_top=_top(residual, piecer) if residual is not None else [],
+        draft_s=max(0.0, draft_time[0] - (draft.overhead_s if draft else 0.0)), verify_s=verify_time[0],
+        overhead_s=draft.overhead_s if draft else 0.0,
+        target_forwards=state.target_forwards,
+    )
+
+
+def _greedy_window(target: Target, state: DecodeState, config: GenerationConfig, catch_up: list[int],
+                   guess: list[int]) -> tuple[list[int], int]:
+    """One forward over catch_up + guess; return the target's greedy choice at each window position
+    and at the position after the window (row i of the window continues catch_up + guess[:i])."""
+    out = target.forward(state.cache, catch_up + guess)
+    state.target_forwards += 1
+    rows = out.logits[len(catch_up) - 1:]  # (len(guess)+1, V)
+    rows = process_logits(rows, state.tokens, guess, config.sampling)
+    choices = torch.argmax(rows, dim=-1).tolist()
+    return choices[:-1], choices[-1]
+
+
+def jacobi_steps(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper,
+                 piecer: Piecer, index: int) -> Iterator[StepEvent]:
+    """Jacobi fixed-point iteration on one window: guess all n tokens, re-predict every position in
+    parallel from the current guess, repeat until nothing changes, then commit the window + 1 token.
+
+    Position i is right once positions < i are, so it converges in at most n+1 iterations, and the
+    fixed point is exactly the greedy AR continuation.
+    """
+    n = min(config.window, config.max_new_tokens - len(state.output_ids))
+    guess = [state.tokens[-1]] * n  # a deliberately poor initial guess: the last token repeated
+    for iteration in range(n + 2):
+        seconds: list[float] = []
+        with timed(target.lm.device, seconds):
+            new, after = _greedy_window(target, state, config, [state.tokens[-1]], guess)
+        changed = [i for i in range(n) if new[i] != guess[i]]
+        converged = not changed
+        # Safety net for a float-level cycle (never expected): commit only what is proven right.
+        proven = n if converged else (changed[0] + 1 if iteration == n + 1 else 0)
+        event = StepEvent(index=index + iteration, mode="jacobi", kind="iteration", iteration=iteration,
+                          window=piecer.tokens(state.tokens, new), changed=changed, converged=converged,
+                          verify_s=seconds[0], target_forwards=state.target_forwards)
+        if proven:
+            keep = proven if converged else proven - 1  # cache rows of guess[:keep] were computed on right tokens
+            target.rollback(state.cache, n - keep)
+            context = state.tokens
+            appended = emit(state, new[:proven] + ([after] if converged else []), stopper)
+            event.emitted = piecer.tokens(context, appended)
+            yield event
+            return
+        target.rollback(state.cache, n + 1)  # the last token too: the next iteration feeds it again
+        guess = new
+        yield event
+
+
+def nar_step(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper,
+             piecer: Piecer, index: int, cache_len: int) -> tuple[StepEvent, int]:
+    """One-shot parallel decoding: predict every position of a guessed window from ONE forward and
+    commit all predictions. Positions after the first lack their true left context, so text garbles."""
+    n = min(config.window, config.max_new_tokens - len(state.output_ids))
+    tokens = state.tokens
+    catch_up = tokens[cache_len:]  # committed tokens the cache has not seen (NAR commits unfed guesses)
+    guess = [tokens[-1]] * n
+    seconds: list[float] = []
+    with timed(target.lm.device, seconds):
+        new, _ = _greedy_window(target, state, config, catch_up, guess)
+        target.rollback(state.cache, n)  # guesses are not what we commit: drop their keys/values
+    appended = emit(state, new, stopper)
+    event = StepEvent(index=index, mode="nar", kind="iteration", iteration=0, window=piecer.tokens(tokens, new),
+                      changed=[i for i in range(n) if new[i] != guess[i]], converged=False,
+                      emitted=piecer.tokens(tokens, appended), verify_s=seconds[0], target_forwards=state.target_forwards)
+    return event, len(tokens)
+
+
+def new_state(lm: LoadedModel, prompt_ids: list[int], config: GenerationConfig) -> DecodeState:
+    generator = torch.Generator(device="cpu").manual_seed(config.seed if config.seed is not None else torch.seed())
+    drafter = make_drafter(config.drafter, lm, config) if config.mode == "spec" else None
+    if drafter:
+        drafter.reset(prompt_ids)
+    return DecodeState(prompt_ids=list(prompt_ids), cache=Target(lm).new_cache(), generator=generator, drafter=drafter)
+
+
+def decode_events(lm: LoadedModel, state: DecodeState, config: GenerationConfig) -> Iterator[StepEvent]:
+    """Yield step events until the state stops. The mode picks the step function."""
+    target, stopper, piecer = Target(lm), Stopper(lm, config), Piecer(lm.tokenizer)
+    yield prefill(target, state, config, stopper, piecer)
+    index = 1
+    cache_len = len(state.prompt_ids)
+    while not state.stop_reason:
+        if config.mode in ("ar", "spec"):
+            yield speculative_step(target, state, config, stopper, piecer, index)
+            index += 1
+        elif config.mode == "jacobi":
+            for event in jacobi_steps(target, state, config, stopper, piecer, index):
+                index += 1
+                yield event
+        else:
+            event, cache_len = nar_step(target, state, config, stopper, piecer, index, cache_len)
+            index += 1
+            yield event
+
+
+def prepare(lm: LoadedModel, prompt: str | list[int] | list[dict], config: GenerationConfig, raw: bool = False) -> DecodeState:
+    """Tokenise (chat template unless raw; token ids pass through), validate, and build the state."""
+    prompt_ids = list(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else lm.encode(prompt, raw)
+    if not prompt_ids:
+        raise SpecDecError("the prompt is empty")
+    config.validate(lm, len(prompt_ids))
+    return new_state(lm, prompt_ids, config)
+
+
+def stream(lm: LoadedModel, prompt: str | list[int] | list[dict], config: GenerationConfig, raw: bool = False) -> Iterator[StepEvent]:
+    """Decode and yield each StepEvent as it happens (for live UIs)."""
+    state = prepare(lm, prompt, config, raw)
+    yield from decode_events(lm, state, config)
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    trace: Trace
+    metrics: dict
+
+
+def generate(lm: LoadedModel, prompt: str | list[int] | list[dict], config: GenerationConfig | None = None,
+             raw: bool = False, progress=None) -> GenerationResult:
+    """Decode one prompt; return text, token ids, the full trace and its metrics.
+
+    `progress`, if given, is called with the number of new tokens after each step.
+    """
+    from .metrics import compute_metrics, peak_rss_bytes
+
+    config = config or GenerationConfig()
+    state = prepare(lm, prompt, config, raw)
+    steps: list[StepEvent] = []
+    start = time.perf_counter()
+    for event in decode_events(lm, state, config):
+        steps.append(event)
+        if progress:
+            progress(len(state.output_ids))
+    wall = time.perf_counter() - start
+    text = lm.decode(state.output_ids)
+    trace = Trace(model=lm.name, mode=config.mode, drafter=config.drafter if config.mode == "spec" else None,
+                  config={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
+                  prompt=prompt if isinstance(prompt, str) else lm.tokenizer.decode(state.prompt_ids),
+                  prompt_ids=state.prompt_ids, steps=steps, output_ids=state.output_ids, text=text,
+                  stop_reason=state.stop_reason,
+                  timing={"wall_s": wall, "ttft_s": steps[0].verify_s, "peak_rss_bytes": peak_rss_bytes(),
+                          "kv_cache_bytes": Target.cache_bytes(state.cache),
+                          "drafter_bytes": state.drafter.memory_bytes() if state.drafter else 0})
+    return GenerationResult(text=text, token_ids=state.output_ids, trace=trace, metrics=compute_metrics(trace))

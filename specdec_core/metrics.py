@@ -1,0 +1,79 @@
+"""Metrics computed from a trace. Names follow vLLM's spec-decode metrics where they exist.
+
+alpha = draft_acceptance_rate = accepted / drafted.
+tau = mean_acceptance_length = tokens emitted by decode steps / target decode forwards (prefill
+excluded; the correction or bonus token counts, so plain AR has tau = 1). This equals vLLM's mean
+acceptance length when every step drafts.
+"""
+from __future__ import annotations
+
+import resource
+import sys
+
+from .trace import Trace
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def compute_metrics(trace: Trace) -> dict:
+    steps = trace.steps
+    decode = [s for s in steps if s.kind != "prefill"]
+    prefill = [s for s in steps if s.kind == "prefill"]
+    drafting = [s for s in decode if s.drafted]
+    k = int(trace.config.get("k", 0)) if trace.mode == "spec" else 0
+    num_draft_tokens = sum(len(s.drafted) for s in drafting)
+    num_accepted = sum(s.accepted for s in drafting)
+    # Per position i (1-based): of the steps that drafted at least i tokens, how many accepted >= i.
+    per_pos = []
+    for i in range(1, k + 1):
+        offered = [s for s in drafting if len(s.drafted) >= i]
+        per_pos.append(sum(s.accepted >= i for s in offered) / len(offered) if offered else 0.0)
+    hist = [0] * (k + 1)
+    for s in drafting:
+        hist[s.accepted] += 1
+    forwards = decode[-1].target_forwards if decode else 0
+    decode_tokens = sum(len(s.emitted) for s in decode)
+    overhead = sum(s.overhead_s for s in steps)
+    wall = trace.timing.get("wall_s", 0.0) - overhead
+    prefill_s = sum(s.verify_s for s in prefill)
+    new_tokens = len(trace.output_ids)
+    return {
+        "new_tokens": new_tokens,
+        "target_forwards": forwards,
+        "num_drafts": len(drafting),
+        "num_draft_tokens": num_draft_tokens,
+        "num_accepted_tokens": num_accepted,
+        "draft_acceptance_rate": num_accepted / num_draft_tokens if num_draft_tokens else 0.0,
+        "mean_acceptance_length": decode_tokens / forwards if forwards else 0.0,
+        "accepted_per_pos": per_pos,
+        "accepted_length_hist": hist,
+        "ttft_s": trace.timing.get("ttft_s", prefill_s),
+        "prefill_s": prefill_s,
+        "decode_s": max(0.0, wall - prefill_s),
+        "draft_s": sum(s.draft_s for s in steps),
+        "verify_s": sum(s.verify_s for s in decode),
+        "sim_overhead_s": overhead,
+        "wall_s": wall,
+        "tokens_per_s": new_tokens / wall if wall > 0 else 0.0,
+        "peak_rss_bytes": trace.timing.get("peak_rss_bytes", 0),
+        "kv_cache_bytes": trace.timing.get("kv_cache_bytes", 0),
+        "drafter_bytes": trace.timing.get("drafter_bytes", 0),
+        "stop_reason": trace.stop_reason,
+    }
+
+
+def matching_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix of two token sequences."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def positional_matches(a: list[int], b: list[int]) -> int:
+    """How many positions hold the same token in both sequences (NAR vs AR)."""
+    return sum(x == y for x, y in zip(a, b))

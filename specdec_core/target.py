@@ -1,0 +1,73 @@
+"""The target model behind a tiny API: prefill, forward new tokens on a KV cache, roll the cache back.
+
+Every decoding mode uses only these three calls, so "one target forward" means the same thing in
+AR, Jacobi and speculative decoding.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .models import LoadedModel
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall-clock timings measure the work and not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def timed(device: torch.device, into: list[float]):
+    """Append the elapsed seconds of the block to `into` (synchronising CUDA on both ends)."""
+    synchronize(device)
+    start = time.perf_counter()
+    yield
+    synchronize(device)
+    into.append(time.perf_counter() - start)
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor  # (n, V) float32, row i predicts the token after input i
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (n, H)
+
+
+class Target:
+    """A LoadedModel seen as "the target": the model whose output we must reproduce exactly."""
+
+    def __init__(self, lm: LoadedModel) -> None:
+        self.lm = lm
+        self.model = lm.model
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.model.config)
+
+    @torch.inference_mode()
+    def forward(self, cache: DynamicCache, input_ids: list[int], hidden_layers: tuple[int, ...] = (),
+                last_only: bool = False) -> ForwardOutput:
+        """Run `input_ids` on top of `cache` (which grows by len(input_ids))."""
+        ids = torch.tensor([input_ids], device=self.lm.device)  # (1, n)
+        out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0,
+                         output_hidden_states=bool(hidden_layers))
+        hidden = {layer: out.hidden_states[layer][0] for layer in hidden_layers} if hidden_layers else {}
+        return ForwardOutput(out.logits[0].float(), hidden)
+
+    @staticmethod
+    def rollback(cache: DynamicCache, n: int) -> None:
+        """Forget the last n positions (rejected drafts, unconverged Jacobi guesses)."""
+        if n > 0:
+            cache.crop(-n)
+
+    @staticmethod
+    def cache_bytes(cache: DynamicCache) -> int:
+        total = 0
+        for layer in cache.layers:
+            for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if isinstance(tensor, torch.Tensor):
+                    total += tensor.numel() * tensor.element_size()
+        return total

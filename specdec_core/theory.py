@@ -1,0 +1,68 @@
+"""Closed-form expectations for speculative decoding under i.i.d. acceptance.
+
+alpha: probability that each drafted token is accepted (independently).
+k: number of drafted tokens per step.  c: cost of one draft step / cost of one target forward.
+"""
+from __future__ import annotations
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """E[tokens per target forward] = 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha).
+
+    Step i (1-based) is reached only if the i-1 drafts before it were accepted; the correction or
+    bonus token always adds 1.
+    """
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def approx_tokens_per_step(alpha: float, k: int) -> float:
+    """The seed article's approximation k*alpha + (1 - alpha) (an approximation: it ignores that a
+    rejection stops the step, so it overestimates for k > 1 and 0 < alpha < 1)."""
+    return k * alpha + (1 - alpha)
+
+
+def walltime_speedup(alpha: float, k: int, c: float) -> float:
+    """Leviathan et al.'s walltime improvement: (1 - alpha^(k+1)) / ((1 - alpha)(k*c + 1)).
+
+    Assumes verifying k+1 tokens costs the same as one target forward.
+    """
+    return expected_tokens_per_step(alpha, k) / (k * c + 1)
+
+
+def walltime_speedup_with_verify_cost(alpha: float, k: int, c: float, verify_ratio: float) -> float:
+    """As walltime_speedup, but verifying k+1 tokens costs `verify_ratio` times a 1-token forward
+    (measured by the cost model; ~1.2-2 on a CPU, ~1 on a big GPU at batch 1)."""
+    return expected_tokens_per_step(alpha, k) / (k * c + verify_ratio)
+
+
+def best_k(alpha: float, c: float, k_max: int = 16, verify_ratios: dict[int, float] | None = None) -> int:
+    """The k in 1..k_max with the highest expected walltime speedup (verify cost per k if given)."""
+    def speedup(k: int) -> float:
+        ratio = verify_ratios.get(k, 1.0) if verify_ratios else 1.0
+        return walltime_speedup_with_verify_cost(alpha, k, c, ratio)
+    return max(range(1, k_max + 1), key=speedup)
+
+
+def rule_of_thumb_profitable(alpha: float, k: int, c: float) -> bool:
+    """The seed article's rule of thumb: profitable when k*alpha > 1 + k*c_q/c_p.
+
+    It disagrees with the exact walltime formula: e.g. at c -> 0 the exact speedup is > 1 for any
+    alpha > 0, while the rule demands k*alpha > 1.
+    """
+    return k * alpha > 1 + k * c
+
+
+def break_even_alpha(k: int, c: float, verify_ratio: float = 1.0, tol: float = 1e-9) -> float:
+    """The alpha at which walltime_speedup_with_verify_cost = 1 (bisection; 1.0 if never profitable)."""
+    if walltime_speedup_with_verify_cost(1.0, k, c, verify_ratio) < 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if walltime_speedup_with_verify_cost(mid, k, c, verify_ratio) >= 1:
+            hi = mid
+        else:
+            lo = mid
+    return hi
