@@ -100,7 +100,7 @@ def ensure_writable(path: Path) -> None:
 
 
 def config_from_args(args, mode: str, k: int | None = None, temperature: float | None = None):
-    from .generate import GenerationConfig
+    from .decode import GenerationConfig
     return GenerationConfig(
         mode=mode, drafter=args.drafter, k=args.k if k is None else k, dynamic_k=args.dynamic_k,
         window=args.window, hit_rate=args.hit_rate, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
@@ -112,7 +112,7 @@ def config_from_args(args, mode: str, k: int | None = None, temperature: float |
 def cmd_generate(args) -> None:
     from tqdm import tqdm
 
-    from .generate import generate
+    from .decode import generate
     from .metrics import positional_matches
     from .models import load_model
 

@@ -97,7 +97,23 @@ def choose(logits_row: torch.Tensor, params: SamplingParams, generator: torch.Ge
     return sample(logits_to_probs(logits_row, params), generator)
 
 
-# --- speculative sampling (Leviathan et al., Algorithm 1) -------------------------------------
+# --- verification -------------------------------------------------------------------------------
+
+
+def verify_greedy(draft: list[int], logits: torch.Tensor) -> tuple[int, int]:
+    """Greedy verification: accept drafts while each equals the target's argmax, then append the
+    target's own argmax at the first disagreement (correction) or after the last draft (bonus).
+
+    logits: (k+1, V), row i conditioned on the context plus draft[:i]. Returns (accepted, next_token).
+    """
+    choices = torch.argmax(logits, dim=-1).tolist()
+    accepted = 0
+    while accepted < len(draft) and draft[accepted] == choices[accepted]:
+        accepted += 1
+    return accepted, choices[accepted]
+
+
+# Speculative sampling (Leviathan et al., Algorithm 1).
 
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor | None, token: int) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from .errors import SpecDecError
 
@@ -71,6 +72,13 @@ class Trace:
     stop_reason: str = ""
     timing: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+
+    def replay(self) -> Iterator[list[int]]:
+        """The output as it grew, step by step, from the recorded events alone (no model needed)."""
+        output: list[int] = []
+        for step in self.steps:
+            output += [t.id for t in step.emitted]
+            yield list(output)
 
     def to_dict(self) -> dict:
         return asdict(self)

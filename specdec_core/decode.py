@@ -19,7 +19,7 @@ import torch
 from .drafters import DRAFTERS, Drafter, make_drafter
 from .errors import SpecDecError
 from .models import LoadedModel
-from .sampling import SamplingParams, choose, logits_to_probs, process_logits, verify_sampled
+from .sampling import SamplingParams, choose, logits_to_probs, process_logits, verify_greedy, verify_sampled
 from .target import Target, timed
 from .trace import Piecer, StepEvent, Token, Trace
 
@@ -178,11 +178,7 @@ def speculative_step(target: Target, state: DecodeState, config: GenerationConfi
         q = draft.q[: len(drafted)] if draft is not None and draft.q is not None else None
         residual = None
         if params.greedy:
-            choices = torch.argmax(logits, dim=-1).tolist()
-            accepted = 0
-            while accepted < len(drafted) and drafted[accepted] == choices[accepted]:
-                accepted += 1
-            next_token, accept_probs = choices[accepted], []
+            (accepted, next_token), accept_probs = verify_greedy(drafted, logits), []
         else:
             verdict = verify_sampled(drafted, q, p, state.generator)
             accepted, next_token, accept_probs, residual = verdict.accepted, verdict.next_token, verdict.accept_probs, verdict.residual

@@ -1,0 +1,279 @@
+"""`bench`: time decoding modes and peer baselines on a prompt suite, interleaved per prompt.
+
+Modes run A B C A B C ... for each prompt, so slow drifts of a noisy machine hit every mode alike;
+speedups are ratios measured in the same run. Peers: `hf:ar` (transformers greedy/sampling
+`generate`), `hf:pld` (its prompt lookup, same k), `hf:assisted` (its assisted generation with our
+early-exit draft as the assistant, same k, constant schedule).
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from .errors import SpecDecError
+from .decode import MODES, GenerationConfig, generate
+from .drafters import DRAFTERS, early_exit_model
+from .metrics import matching_prefix
+from .models import LoadedModel, load_model
+from .target import synchronize
+
+HF_MODES = ("hf:ar", "hf:pld", "hf:assisted")
+NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is float noise, not a bug
+
+
+@dataclass
+class PromptCase:
+    id: str
+    category: str
+    turns: list[str]  # one user message, or several for multi-turn
+
+
+def load_prompts(path: Path) -> list[PromptCase]:
+    """Read a JSONL prompt suite; any problem names the file and line."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise SpecDecError(f"cannot read prompts file {path}: {err.strerror or err}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecDecError(f"prompts file {path} is not UTF-8")
+    cases = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            turns = [item["prompt"]] if "prompt" in item else list(item["turns"])
+            if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+                raise ValueError("empty prompt")
+            cases.append(PromptCase(str(item["id"]), str(item["category"]), turns))
+        except (ValueError, KeyError, TypeError) as err:
+            raise SpecDecError(f"{path}: line {number} is not a valid prompt object ({err})")
+    if not cases:
+        raise SpecDecError(f"prompts file {path} has no prompts")
+    return cases
+
+
+def parse_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    for mode in modes:
+        base, _, drafter = mode.partition(":")
+        ok = mode in HF_MODES or (base in MODES and base != "spec" and not drafter) or (base == "spec" and drafter in DRAFTERS)
+        if not ok:
+            raise SpecDecError(f"unknown mode {mode!r}: use ar, nar, jacobi, spec:DRAFTER ({', '.join(DRAFTERS)}) or {', '.join(HF_MODES)}")
+    if "ar" not in modes:
+        modes.insert(0, "ar")  # every speedup and identity check is relative to our own AR
+    return modes
+
+
+class HFRunner:
+    """transformers' own generate() as a peer baseline, on the same weights and prompts."""
+
+    def __init__(self, lm: LoadedModel, early_exit_layers: int) -> None:
+        self.lm = lm
+        self.early_exit_layers = early_exit_layers
+        self._assistant = None
+
+    def generate(self, mode: str, prompt_ids: list[int], config: GenerationConfig) -> tuple[list[int], float]:
+        kwargs = dict(max_new_tokens=config.max_new_tokens, do_sample=not config.sampling.greedy,
+                      pad_token_id=self.lm.tokenizer.eos_token_id, eos_token_id=sorted(self.lm.eos_token_ids))
+        if not config.sampling.greedy:
+            kwargs.update(temperature=config.temperature, top_k=config.top_k or None, top_p=config.top_p)
+            torch.manual_seed(config.seed or 0)
+        if config.repetition_penalty != 1.0:
+            kwargs["repetition_penalty"] = config.repetition_penalty
+        if mode == "hf:pld":
+            kwargs["prompt_lookup_num_tokens"] = config.k
+        elif mode == "hf:assisted":
+            if self._assistant is None:
+                self._assistant = early_exit_model(self.lm, self.early_exit_layers)
+            kwargs.update(assistant_model=self._assistant, num_assistant_tokens=config.k,
+                          num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+        ids = torch.tensor([prompt_ids], device=self.lm.device)
+        synchronize(self.lm.device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = self.lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+        synchronize(self.lm.device)
+        return out[0, len(prompt_ids):].tolist(), time.perf_counter() - start
+
+
+def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config: GenerationConfig) -> dict:
+    """One mode on one prompt (all turns). wall_s covers prefill + decode, not tokenisation."""
+    messages: list[dict] = []
+    token_ids: list[int] = []
+    wall = ttft = 0.0
+    forwards = drafted = accepted = decode_tokens = 0
+    for turn_index, turn in enumerate(case.turns):
+        messages.append({"role": "user", "content": turn})
+        prompt_ids = lm.encode(messages)
+        if mode.startswith("hf:"):
+            ids, seconds = hf.generate(mode, prompt_ids, config)
+            wall += seconds
+        else:
+            base, _, drafter = mode.partition(":")
+            result = generate(lm, prompt_ids, replace(config, mode=base, drafter=drafter or config.drafter))
+            ids, m = result.token_ids, result.metrics
+            wall += m["wall_s"]
+            forwards += m["target_forwards"]
+            drafted += m["num_draft_tokens"]
+            accepted += m["num_accepted_tokens"]
+            decode_tokens += round(m["mean_acceptance_length"] * m["target_forwards"])
+            if turn_index == 0:
+                ttft = m["ttft_s"]
+        token_ids += ids
+        messages.append({"role": "assistant", "content": lm.decode(ids)})
+    hf_mode = mode.startswith("hf:")
+    return {"prompt_id": case.id, "category": case.category, "mode": mode, "k": config.k,
+            "temperature": config.temperature, "token_ids": token_ids, "text": lm.decode(token_ids),
+            "new_tokens": len(token_ids), "wall_s": wall, "ttft_s": None if hf_mode else ttft,
+            "target_forwards": None if hf_mode else forwards,
+            "mean_accepted_length": None if hf_mode else (decode_tokens / forwards if forwards else 0.0),
+            "acceptance_rate": None if hf_mode or not drafted else accepted / drafted}
+
+
+def near_tie_margin(lm: LoadedModel, case: PromptCase, reference: list[int], position: int) -> float | None:
+    """Top-2 logit margin of the AR reference at a divergence (single-turn prompts only)."""
+    if len(case.turns) != 1:
+        return None
+    ids = lm.encode(case.turns[0]) + reference[:position]
+    with torch.inference_mode():
+        logits = lm.model(input_ids=torch.tensor([ids], device=lm.device), logits_to_keep=1).logits[0, -1].float()
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+def label_for(mode: str, k: int, t: float, sweep: bool) -> str:
+    return f"{mode}@k={k},t={t:g}" if sweep else mode
+
+
+def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
+    """speedup_vs_ar = geometric mean over prompts of ar_wall / mode_wall at the same temperature
+    (walls are medians over repeats); tau and alpha pooled; identity counted for greedy runs."""
+    walls: dict[tuple, list[float]] = defaultdict(list)
+    for r in results:
+        walls[(r["mode"], r["k"], r["temperature"], r["prompt_id"])].append(r["wall_s"])
+    ar_wall = {(t, p): statistics.median(w) for (m, k, t, p), w in walls.items() if m == "ar"}
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in results:
+        groups[(r["mode"], r["k"], r["temperature"])].append(r)
+    summary, by_category = {}, defaultdict(dict)
+    for (mode, k, t), rows in groups.items():
+        label = label_for(mode, k, t, sweep)
+        per_prompt = {}
+        for r in rows:
+            per_prompt[r["prompt_id"]] = (r["category"], ar_wall[(t, r["prompt_id"])] / statistics.median(walls[(mode, k, t, r["prompt_id"])]))
+        ratios = [v for _, v in per_prompt.values()]
+        taus = [r["mean_accepted_length"] for r in rows if r["mean_accepted_length"] is not None]
+        rates = [r["acceptance_rate"] for r in rows if r["acceptance_rate"] is not None]
+        greedy = [r for r in rows if r["temperature"] == 0]
+        summary[label] = {
+            "speedup_vs_ar": _geomean(ratios),
+            "mean_accepted_length": statistics.mean(taus) if taus else None,
+            "acceptance_rate": statistics.mean(rates) if rates else None,
+            "identical_to_ar": f"{sum(bool(r.get('identical_to_ar')) for r in greedy)}/{len(greedy)}" if greedy else None,
+        }
+        for category in sorted({c for c, _ in per_prompt.values()}):
+            cat_rows = [r for r in rows if r["category"] == category]
+            cat_taus = [r["mean_accepted_length"] for r in cat_rows if r["mean_accepted_length"] is not None]
+            by_category[category][label] = {
+                "speedup_vs_ar": _geomean([v for c, v in per_prompt.values() if c == category]),
+                "mean_accepted_length": statistics.mean(cat_taus) if cat_taus else None}
+    return summary, dict(by_category)
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.mean(math.log(v) for v in values)) if values else 0.0
+
+
+def environment(lm: LoadedModel) -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import transformers
+    return {"model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""),
+            "cpu": cpu, "threads": torch.get_num_threads(), "python": sys.version.split()[0],
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def run_bench(args) -> dict:
+    from tqdm import tqdm
+
+    from .cli import config_from_args, ensure_writable
+
+    cases = load_prompts(args.prompts)
+    if args.limit:
+        cases = cases[: args.limit]
+    modes = parse_modes(args.modes)
+    if args.repeats < 1:
+        raise SpecDecError(f"repeats must be >= 1 (got {args.repeats})")
+    ensure_writable(args.out)
+    lm = load_model(args.model, args.device, args.dtype)
+    sweeps = [(k, t) for k in args.k for t in args.temperature]
+    for k, t in sweeps:  # validate every setting before the first long run
+        config_from_args(args, "spec", k, t).validate(lm, 1)
+    sweep = len(sweeps) > 1
+    hf = HFRunner(lm, args.early_exit_layers)
+    # Warm up kernels and the assistant once, so the first measured mode is not penalised.
+    warm = config_from_args(args, "ar", sweeps[0][0], 0.0)
+    run_case(lm, hf, "ar", cases[0], replace(warm, max_new_tokens=8))
+    results = []
+    total = len(cases) * args.repeats * len(sweeps) * len(modes)
+    with tqdm(total=total, desc="bench", unit="run") as bar:
+        for case in cases:
+            for repeat in range(args.repeats):
+                for k, t in sweeps:
+                    config = config_from_args(args, "ar", k, t)
+                    reference = None
+                    for mode in modes:  # interleaved: every mode of this prompt, then the next prompt
+                        row = run_case(lm, hf, mode, case, config)
+                        row["repeat"] = repeat
+                        if mode == "ar":
+                            reference = row["token_ids"]
+                        if t == 0:
+                            same = row["token_ids"] == reference
+                            row["identical_to_ar"] = same
+                            if not same:
+                                pos = matching_prefix(row["token_ids"], reference)
+                                margin = near_tie_margin(lm, case, reference, pos)
+                                row["divergence"] = {"position": pos, "top2_margin": margin,
+                                                     "near_tie": margin is not None and margin < NEAR_TIE}
+                        else:
+                            row["identical_to_ar"] = None
+                        results.append(row)
+                        bar.update()
+    summary, by_category = summarise(results, sweep)
+    report = {"environment": environment(lm), "config": {"prompts": str(args.prompts), "modes": modes, "k": args.k,
+              "temperature": args.temperature, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens},
+              "results": results, "summary": summary, "by_category": by_category}
+    args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1))
+    print_summary(summary, by_category)
+    return report
+
+
+def print_summary(summary: dict, by_category: dict) -> None:
+    print(f"{'mode':28s} {'speedup':>8s} {'tau':>6s} {'alpha':>6s} {'identical':>10s}")
+    for label, s in summary.items():
+        tau = "-" if s["mean_accepted_length"] is None else f"{s['mean_accepted_length']:.2f}"
+        alpha = "-" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.2f}"
+        print(f"{label:28s} {s['speedup_vs_ar']:8.2f} {tau:>6s} {alpha:>6s} {s['identical_to_ar'] or '-':>10s}")
+    for category, labels in by_category.items():
+        cells = ", ".join(f"{label} {v['speedup_vs_ar']:.2f}x" for label, v in labels.items() if label != "ar")
+        print(f"  {category:14s} {cells}")

@@ -1,0 +1,162 @@
+"""The hardware cost model: what a forward costs on *this* machine, measured, not assumed.
+
+Used by the app (lab heatmap, "when does it pay?"), the bench report and the theory overlays.
+c = c_q / c_p is a drafter's step cost over a 1-token target forward; verify_ratio(k) is the cost
+of verifying k+1 tokens over a 1-token forward (about 1 on a big GPU at batch 1, more on a CPU).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .models import LoadedModel
+from .target import Target, synchronize
+
+
+@dataclass
+class CostModel:
+    model: str
+    device: str
+    dtype: str
+    threads: int
+    context_len: int
+    forward_s: list[dict] = field(default_factory=list)  # {"tokens", "batch", "seconds"} medians
+    draft_step_s: dict[str, float] = field(default_factory=dict)  # drafter -> seconds per drafted token
+    bandwidth_gb_s: float = 0.0
+    weight_bytes: int = 0
+
+    def seconds(self, tokens: int, batch: int = 1) -> float:
+        """Forward time for `tokens` new tokens per sequence at `batch`, interpolated in tokens."""
+        rows = sorted((r["tokens"], r["seconds"]) for r in self.forward_s if r["batch"] == batch)
+        if not rows:
+            raise KeyError(f"no measurement at batch {batch}")
+        for (t0, s0), (t1, s1) in zip(rows, rows[1:]):
+            if t0 <= tokens <= t1:
+                return s0 + (s1 - s0) * (tokens - t0) / (t1 - t0)
+        return rows[0][1] if tokens < rows[0][0] else rows[-1][1] * tokens / rows[-1][0]
+
+    def verify_ratio(self, k: int, batch: int = 1) -> float:
+        """Cost of verifying k drafts (k+1 tokens) relative to one plain decode step."""
+        return self.seconds(k + 1, batch) / self.seconds(1, batch)
+
+    def c(self, drafter: str) -> float:
+        """c = c_q / c_p: one draft step over one 1-token target forward."""
+        return self.draft_step_s.get(drafter, 0.0) / self.seconds(1)
+
+    def roofline_tokens_per_s(self, kv_bytes_per_token: int = 0) -> float:
+        """Upper bound for AR at batch 1: each token must stream all weights (+ KV) from memory."""
+        return self.bandwidth_gb_s * 1e9 / (self.weight_bytes + kv_bytes_per_token) if self.bandwidth_gb_s else 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+def _prefilled_cache(target: Target, batch: int, context_len: int, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(100, 10000, (batch, context_len), generator=generator).to(target.lm.device)
+    cache = target.new_cache()
+    with torch.inference_mode():
+        target.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+    return cache
+
+
+def measure_forward_times(lm: LoadedModel, tokens=(1, 2, 4, 8), batch_sizes=(1,), repeats: int = 5,
+                          context_len: int = 64, progress=None) -> list[dict]:
+    """Median time of one forward of `tokens` new tokens on a cached context, per batch size.
+
+    Configurations are interleaved within each repeat so machine noise hits them all alike.
+    """
+    target = Target(lm)
+    caches = {b: _prefilled_cache(target, b, context_len) for b in batch_sizes}
+    samples: dict[tuple[int, int], list[float]] = {(t, b): [] for b in batch_sizes for t in tokens}
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(repeats + 1):  # the first round warms up kernels and is discarded
+        for (t, b), times in samples.items():
+            ids = torch.randint(100, 10000, (b, t), generator=generator).to(lm.device)
+            synchronize(lm.device)
+            start = time.perf_counter()
+            with torch.inference_mode():
+                lm.model(input_ids=ids, cache=caches[b], use_cache=True)
+            synchronize(lm.device)
+            times.append(time.perf_counter() - start)
+            caches[b].crop(-t)
+            if progress:
+                progress()
+    return [{"tokens": t, "batch": b, "seconds": statistics.median(v[1:])} for (t, b), v in samples.items()]
+
+
+def measure_draft_step(lm: LoadedModel, drafter_name: str, repeats: int = 5) -> float:
+    """Seconds per drafted token for a drafter, proposing k=4 on a real prompt."""
+    from .drafters import make_drafter
+    from .decode import GenerationConfig
+
+    config = GenerationConfig(mode="spec", drafter=drafter_name, k=4, max_new_tokens=8)
+    context = lm.encode("Write a short note about the sea and the sky. The sea is blue and the sky is blue.")
+    times = []
+    for _ in range(repeats + 1):
+        drafter = make_drafter(drafter_name, lm, config)
+        drafter.reset(context)
+        drafter.propose(context, 1, config.sampling, torch.Generator())  # warm its state (e.g. its KV cache)
+        synchronize(lm.device)
+        start = time.perf_counter()
+        draft = drafter.propose(context + [context[-1]], 4, config.sampling, torch.Generator())
+        synchronize(lm.device)
+        elapsed = time.perf_counter() - start - draft.overhead_s
+        times.append(elapsed / max(1, len(draft.tokens)))
+    return statistics.median(times[1:])
+
+
+def measure_bandwidth_gb_s(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
+    """Memory bandwidth by a copy benchmark: each copy reads and writes `megabytes`."""
+    src = torch.empty(megabytes * 2**20 // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(repeats + 1):
+        synchronize(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 2 * src.numel() * 4 / statistics.median(times[1:]) / 1e9
+
+
+def measure_cost_model(lm: LoadedModel, tokens=(1, 2, 3, 4, 6, 8, 12, 16), batch_sizes=(1,), repeats: int = 5,
+                       drafters=("ngram", "early-exit"), progress=None) -> CostModel:
+    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    return CostModel(
+        model=lm.name, device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
+        threads=torch.get_num_threads(), context_len=64,
+        forward_s=measure_forward_times(lm, tokens, batch_sizes, repeats, progress=progress),
+        draft_step_s={name: measure_draft_step(lm, name) for name in drafters},
+        bandwidth_gb_s=measure_bandwidth_gb_s(lm.device), weight_bytes=weight_bytes)
+
+
+def run_profile(args) -> None:
+    """CLI: print and optionally save the cost model."""
+    from tqdm import tqdm
+
+    from .models import load_model
+
+    lm = load_model(args.model, args.device, args.dtype)
+    total = (args.repeats + 1) * len(args.tokens) * len(args.batch)
+    with tqdm(total=total, desc="forward timings", unit="fwd") as bar:
+        cm = measure_cost_model(lm, args.tokens, args.batch, args.repeats, progress=bar.update)
+    one = cm.seconds(1)
+    print(f"{cm.model} on {cm.device} ({cm.dtype}, {cm.threads} threads), context {cm.context_len}")
+    print("batch  tokens  ms/forward  x(1-token)  ms/token")
+    for row in sorted(cm.forward_s, key=lambda r: (r["batch"], r["tokens"])):
+        t, b, s = row["tokens"], row["batch"], row["seconds"]
+        print(f"{b:5d}  {t:6d}  {1000 * s:10.1f}  {s / cm.seconds(1, b):10.2f}  {1000 * s / (t * b):8.2f}")
+    for name, s in cm.draft_step_s.items():
+        print(f"draft step {name}: {1000 * s:.2f} ms  ->  c = {cm.c(name):.3f}")
+    roof = cm.roofline_tokens_per_s()
+    print(f"copy bandwidth {cm.bandwidth_gb_s:.1f} GB/s; weights {cm.weight_bytes / 1e6:.0f} MB; "
+          f"roofline AR <= {roof:.1f} tok/s; measured 1-token forward {1 / one:.1f} tok/s "
+          f"({100 * (1 / one) / roof:.0f}% of roofline)" if roof else "")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(cm.to_json())

@@ -1,0 +1,127 @@
+"""Sampling losslessness: speculative sampling leaves the target's distribution p unchanged.
+
+(a) exact: the output distribution of one accept/residual step, computed analytically from the
+    implementation's own functions, equals p;
+(b) statistical: on `tiny`, the first token of a speculative step follows the distribution that AR
+    sampling draws from. Both checks are shown to FAIL for deliberately wrong rules.
+"""
+import copy
+import math
+
+import pytest
+import torch
+
+import specdec_core as sd
+import specdec_core.sampling as sampling
+from specdec_core.decode import Piecer, Stopper, prefill, prepare, speculative_step
+from specdec_core.target import Target
+
+
+def output_distribution(p: torch.Tensor, q: torch.Tensor | None, draft_token: int | None = None) -> torch.Tensor:
+    """P(first emitted token = y) for one drafted position, from the implementation's functions:
+    sum_x q(x) [ a(x) [y = x] + (1 - a(x)) r_x(y) ]."""
+    out = torch.zeros_like(p)
+    proposals = [(draft_token, 1.0)] if q is None else [(x, float(q[x])) for x in range(len(p))]
+    for x, q_x in proposals:
+        if q_x == 0:
+            continue
+        a = sampling.acceptance_probability(p, q, x)
+        out[x] += q_x * a
+        out += q_x * (1 - a) * sampling.residual_distribution(p, q, x)
+    return out
+
+
+CASES = [
+    (torch.tensor([0.5, 0.3, 0.1, 0.1, 0.0]), torch.tensor([0.1, 0.2, 0.3, 0.2, 0.2])),
+    (torch.tensor([0.05, 0.05, 0.8, 0.1]), torch.tensor([0.7, 0.1, 0.1, 0.1])),
+    (torch.tensor([0.25, 0.25, 0.25, 0.25]), torch.tensor([0.25, 0.25, 0.25, 0.25])),  # p == q
+    (torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 0.5, 0.5])),  # disjoint supports
+]
+
+
+@pytest.mark.parametrize("p,q", CASES)
+def test_accept_residual_step_reproduces_p_exactly(p, q):
+    assert torch.allclose(output_distribution(p.double(), q.double()), p.double(), atol=1e-12)
+
+
+@pytest.mark.parametrize("p,_", CASES)
+def test_one_hot_proposals_are_lossless_for_every_draft(p, _):
+    """ngram and sim propose deterministically (q one-hot): still exact, whatever they propose."""
+    for x in range(len(p)):
+        assert torch.allclose(output_distribution(p.double(), None, x), p.double(), atol=1e-12)
+
+
+def test_exact_check_fails_for_wrong_rules(monkeypatch):
+    p, q = (t.double() for t in CASES[0])
+    monkeypatch.setattr(sampling, "acceptance_probability", lambda p, q, x: 1.0)  # always accept
+    assert not torch.allclose(output_distribution(p, q), p, atol=1e-3)
+    monkeypatch.undo()
+    monkeypatch.setattr(sampling, "residual_distribution", lambda p, q, x: p)  # resample from p
+    assert not torch.allclose(output_distribution(p, q), p, atol=1e-3)
+
+
+def test_logits_to_probs_filters():
+    logits = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0])
+    top2 = sampling.logits_to_probs(logits, sd.SamplingParams(temperature=1.0, top_k=2))
+    assert (top2[2:] == 0).all() and math.isclose(float(top2.sum()), 1.0, rel_tol=1e-6)
+    nucleus = sampling.logits_to_probs(logits, sd.SamplingParams(temperature=1.0, top_p=0.7))
+    assert nucleus[0] > 0 and nucleus[1] > 0 and (nucleus[2:] == 0).all()  # 0.64 < 0.7 needs the 2nd token
+    hot = sampling.logits_to_probs(logits, sd.SamplingParams(temperature=2.0))
+    assert hot[0] < torch.softmax(logits, -1)[0]
+
+
+# --- (b) statistical test on tiny --------------------------------------------------------------
+
+SAMPLING = dict(temperature=0.8, top_k=8)
+N = 2500
+
+
+def chi2_threshold(df: int, z: float = 4.75) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile (z = 4.75 ~ p = 1e-6)."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def chi2_rejects(counts: dict[int, int], expected: torch.Tensor, n: int) -> bool:
+    """Goodness of fit against the exact distribution; cells with tiny expectation are pooled."""
+    big = [t for t in range(len(expected)) if expected[t] * n >= 5]
+    stat, pooled_obs, pooled_exp = 0.0, n, n * 1.0
+    for t in big:
+        e = float(expected[t]) * n
+        stat += (counts.get(t, 0) - e) ** 2 / e
+        pooled_obs -= counts.get(t, 0)
+        pooled_exp -= e
+    if pooled_exp >= 5:
+        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
+    df = len(big) - (0 if pooled_exp >= 5 else 1)
+    return stat > chi2_threshold(max(df, 1))
+
+
+def first_spec_tokens(lm, n: int) -> tuple[dict[int, int], torch.Tensor]:
+    """Run n independent speculative steps from one fixed context (early-exit draft, k=2) and count
+    the first emitted token; also return the exact distribution AR sampling draws it from."""
+    cfg = sd.GenerationConfig(mode="spec", drafter="early-exit", early_exit_layers=1, k=2, max_new_tokens=8, seed=0, **SAMPLING)
+    state = prepare(lm, [1500, 2300, 77, 4100, 900, 1500, 2300], cfg)
+    target, stopper, piecer = Target(lm), Stopper(lm, cfg), Piecer(lm.tokenizer)
+    prefill(target, state, cfg, stopper, piecer)
+    logits = target.forward(copy.deepcopy(state.cache), [state.tokens[-1]]).logits[-1]
+    exact = sampling.logits_to_probs(logits, cfg.sampling)  # what `ar` samples from at this position
+    counts: dict[int, int] = {}
+    for _ in range(n):
+        trial = copy.copy(state)
+        trial.output_ids, trial.cache = list(state.output_ids), copy.deepcopy(state.cache)
+        trial.drafter.reset(trial.prompt_ids)
+        event = speculative_step(target, trial, cfg, stopper, piecer, 1)
+        counts[event.emitted[0].id] = counts.get(event.emitted[0].id, 0) + 1
+    return counts, exact
+
+
+def test_spec_sampling_matches_ar_distribution(tiny):
+    counts, exact = first_spec_tokens(tiny, N)
+    assert not chi2_rejects(counts, exact, N)
+
+
+def test_statistical_check_fails_for_always_accept(tiny, monkeypatch):
+    """Negative control: accepting every draft yields q's distribution, which the test must catch."""
+    monkeypatch.setattr(sampling, "acceptance_probability", lambda p, q, x: 1.0)
+    counts, exact = first_spec_tokens(tiny, N)
+    assert chi2_rejects(counts, exact, N)
