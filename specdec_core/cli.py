@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeats", type=int, default=5)
     pr.add_argument("--out", type=Path, help="write the cost model as JSON")
 
+    rp = sub.add_parser("report", help="write an offline HTML report + Markdown summary from bench results")
+    rp.add_argument("results", type=Path)
+    rp.add_argument("--out", type=Path, default=Path("report.html"))
+    rp.add_argument("--cost", type=Path, help="a cost model JSON from `profile --out`")
+
     sub.add_parser("prepare", help="convert the model once into the local cache")
     return parser
 
@@ -165,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "profile":
             from .costmodel import run_profile
             run_profile(args)
+        elif args.command == "report":
+            from .report import write_report
+            ensure_writable(args.out)
+            write_report(args.results, args.out, args.cost)
         elif args.command == "prepare":
             cmd_prepare(args)
     except SpecDecError as err:

@@ -55,6 +55,10 @@ def test_bench_output_schema(capsys, tmp_path):
     assert report["summary"]["spec:sim"]["identical_to_ar"] == "2/2"
     assert report["summary"]["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
     assert set(report["by_category"]) == {"copy", "multi_turn"}
+    html = tmp_path / "report.html"
+    code, _, err = run_main(capsys, "report", str(out), "--out", str(html))
+    assert code == 0, err
+    assert "plotly" in html.read_text() and "spec:sim" in html.with_suffix(".md").read_text()
 
 
 def test_bench_sweep_labels(capsys, tmp_path):
@@ -142,7 +146,7 @@ def test_real_process_exit_code_and_no_traceback():
 
 
 def test_every_subcommand_has_help():
-    for sub in ("generate", "bench", "profile", "prepare"):
+    for sub in ("generate", "bench", "profile", "report", "prepare"):
         with pytest.raises(SystemExit) as exit_info:
             main([sub, "--help"])
         assert exit_info.value.code == 0

@@ -1,0 +1,87 @@
+"""`report`: turn a bench results.json (and optionally a cost model) into one self-contained offline
+HTML page (plotly.js inlined) plus a Markdown summary."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from .errors import SpecDecError
+from . import theory
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise SpecDecError(f"cannot read {path}: {err}")
+
+
+def markdown_summary(results: dict) -> str:
+    env = results["environment"]
+    lines = [f"Environment: {env.get('cpu')} · {env.get('threads')} threads · {env.get('device')} {env.get('dtype')} · "
+             f"torch {env.get('torch')} · transformers {env.get('transformers')} · {env.get('date')}", "",
+             "| mode | speedup vs ar | τ (mean accepted length) | α (acceptance) | identical to ar |",
+             "|---|---|---|---|---|"]
+    for label, s in results["summary"].items():
+        tau = "–" if s["mean_accepted_length"] is None else f"{s['mean_accepted_length']:.2f}"
+        alpha = "–" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.2f}"
+        lines.append(f"| {label} | {s['speedup_vs_ar']:.2f}× | {tau} | {alpha} | {s['identical_to_ar'] or '–'} |")
+    labels = list(results["summary"])
+    lines += ["", "Speedup vs `ar` by category:", "", "| category | " + " | ".join(labels) + " |",
+              "|---|" + "---|" * len(labels)]
+    for category, row in results["by_category"].items():
+        lines.append(f"| {category} | " + " | ".join(f"{row[l]['speedup_vs_ar']:.2f}×" if l in row else "–" for l in labels) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _figures(results: dict, cost: dict | None) -> list:
+    import plotly.graph_objects as go
+
+    figures = []
+    categories = list(results["by_category"])
+    fig = go.Figure()
+    for label in results["summary"]:
+        if label == "ar":
+            continue
+        fig.add_bar(name=label, x=categories, y=[results["by_category"][c].get(label, {}).get("speedup_vs_ar") for c in categories])
+    fig.add_hline(y=1.0, line_dash="dash", annotation_text="ar")
+    fig.update_layout(title="Speedup vs ar per category (geometric mean over prompts)", barmode="group", yaxis_title="×")
+    figures.append(fig)
+
+    # Measured tau vs the i.i.d. theory at the measured acceptance rate.
+    fig = go.Figure()
+    for label, s in results["summary"].items():
+        if s["acceptance_rate"] is None:
+            continue
+        k = next((r["k"] for r in results["results"] if r["mode"] == label.split("@")[0]), 4)
+        fig.add_scatter(x=[s["acceptance_rate"]], y=[s["mean_accepted_length"]], mode="markers+text", text=[label],
+                        textposition="top center", name=label)
+    alphas = [i / 100 for i in range(100)]
+    for k in sorted({r["k"] for r in results["results"]}):
+        fig.add_scatter(x=alphas, y=[theory.expected_tokens_per_step(a, k) for a in alphas], name=f"theory k={k}", line_dash="dot")
+    fig.update_layout(title="Measured τ vs (1−α^(k+1))/(1−α)", xaxis_title="α (acceptance rate)", yaxis_title="τ")
+    figures.append(fig)
+
+    if cost:
+        fig = go.Figure()
+        for batch in sorted({r["batch"] for r in cost["forward_s"]}):
+            rows = sorted((r["tokens"], r["seconds"]) for r in cost["forward_s"] if r["batch"] == batch)
+            fig.add_scatter(x=[t for t, _ in rows], y=[1000 * s for _, s in rows], name=f"batch {batch}")
+        fig.update_layout(title="Cost model: one forward vs new tokens per sequence", xaxis_title="new tokens per forward",
+                          yaxis_title="ms")
+        figures.append(fig)
+    return figures
+
+
+def write_report(results_path: Path, out: Path, cost_path: Path | None = None) -> None:
+    import plotly.io as pio
+
+    results = _load(results_path)
+    cost = _load(cost_path) if cost_path else None
+    summary = markdown_summary(results)
+    parts = [pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(_figures(results, cost))]
+    page = ("<!doctype html><html><head><meta charset='utf-8'><title>specdec-lab benchmark report</title></head><body>"
+            "<h1>specdec-lab benchmark report</h1><pre>" + html.escape(summary) + "</pre>" + "".join(parts) + "</body></html>")
+    out.write_text(page, encoding="utf-8")
+    out.with_suffix(".md").write_text(summary, encoding="utf-8")
