@@ -2,16 +2,34 @@
 
 Layout: models (load target), target (forward/rollback), sampling (p = target, q = draft),
 drafters/ (one file each), decode (the decode loops), trace (plain-data steps), metrics, theory,
-costmodel, experiments (the registry the quiz and notebooks share), cli.
-"""
-from . import offline  # noqa: F401  (first: no code path may reach a hub)
-from . import costmodel, experiments, theory
-from .errors import SpecDecError
-from .decode import MODES, DecodeState, GenerationConfig, GenerationResult, generate, stream
-from .models import MODEL_NAMES, LoadedModel, load_model
-from .sampling import SamplingParams
-from .trace import StepEvent, Token, Trace
+costmodel, experiments (the registry the quiz and notebooks share), bench, report, cli.
 
-__all__ = ["MODES", "MODEL_NAMES", "DecodeState", "GenerationConfig", "GenerationResult", "LoadedModel",
-           "SamplingParams", "SpecDecError", "StepEvent", "Token", "Trace", "generate", "load_model", "stream",
-           "costmodel", "experiments", "theory"]
+Names are imported lazily (PEP 562): `from specdec_core.trace import Trace` or `sd.theory` must not
+pay for importing torch and transformers, so the app's first page opens at once.
+"""
+from importlib import import_module
+
+from . import offline  # noqa: F401  (first: no code path may reach a hub)
+
+_NAMES = {
+    "SpecDecError": "errors",
+    "MODES": "decode", "DecodeState": "decode", "GenerationConfig": "decode", "GenerationResult": "decode",
+    "generate": "decode", "stream": "decode",
+    "MODEL_NAMES": "models", "LoadedModel": "models", "load_model": "models",
+    "SamplingParams": "sampling",
+    "StepEvent": "trace", "Token": "trace", "Trace": "trace",
+}
+_MODULES = ("costmodel", "experiments", "theory", "metrics", "quiz", "bench", "report")
+
+__all__ = sorted([*_NAMES, *_MODULES])
+
+
+def __getattr__(name: str):
+    if name in _NAMES:
+        value = getattr(import_module(f".{_NAMES[name]}", __name__), name)
+    elif name in _MODULES:
+        value = import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'specdec_core' has no attribute {name!r}")
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value

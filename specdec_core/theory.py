@@ -66,3 +66,14 @@ def break_even_alpha(k: int, c: float, verify_ratio: float = 1.0, tol: float = 1
         else:
             lo = mid
     return hi
+
+
+def prob_all_accepted(alpha: float, i: int) -> float:
+    """P(the first i drafts of a step are all accepted) = alpha^i: the expected per-position
+    acceptance curve under i.i.d. acceptance."""
+    return alpha ** i if i > 0 else 1.0
+
+
+def accepted_length_pmf(alpha: float, k: int) -> list[float]:
+    """P(exactly j of k drafts accepted), j = 0..k: alpha^j (1 - alpha) for j < k, alpha^k for j = k."""
+    return [alpha ** j * (1 - alpha) for j in range(k)] + [alpha ** k]

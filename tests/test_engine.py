@@ -154,3 +154,11 @@ def test_sim_tau_follows_iid_theory(smol):
     cfg = sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=0.7, k=4, max_new_tokens=64, seed=1)
     m = sd.generate(smol, "Write a long list of ten different fruits with one sentence about each.", cfg).metrics
     assert math.isclose(m["mean_acceptance_length"], theory.expected_tokens_per_step(0.7, 4), rel_tol=0.3)
+
+
+def test_accepted_length_pmf_is_consistent_with_the_expectation():
+    for alpha, k in ((0.3, 4), (0.8, 6), (0.0, 3), (1.0, 2)):
+        pmf = theory.accepted_length_pmf(alpha, k)
+        assert sum(pmf) == pytest.approx(1.0)
+        assert sum((j + 1) * p for j, p in enumerate(pmf)) == pytest.approx(theory.expected_tokens_per_step(alpha, k))
+        assert theory.prob_all_accepted(alpha, 2) == pytest.approx(sum(pmf[2:]))

@@ -14,6 +14,7 @@ import torch
 import specdec_core as sd
 import specdec_core.sampling as sampling
 from specdec_core.decode import Piecer, Stopper, prefill, prepare, speculative_step
+from specdec_core.drafters import Draft, Drafter
 from specdec_core.target import Target
 
 
@@ -73,7 +74,19 @@ def test_logits_to_probs_filters():
 # --- (b) statistical test on tiny --------------------------------------------------------------
 
 SAMPLING = dict(temperature=0.8, top_k=8)
-N = 2500
+N = 800
+
+
+class UniformDrafter(Drafter):
+    """A draft clearly different from the target but on the same support: q uniform over p's top 8."""
+
+    def __init__(self, support: list[int], vocab_size: int) -> None:
+        self.q = torch.zeros(vocab_size)
+        self.q[support] = 1.0 / len(support)
+
+    def propose(self, context, k, params, generator) -> Draft:
+        tokens = [sampling.sample(self.q, generator) for _ in range(k)]
+        return Draft(tokens, self.q.expand(k, -1))
 
 
 def chi2_threshold(df: int, z: float = 4.75) -> float:
@@ -97,19 +110,19 @@ def chi2_rejects(counts: dict[int, int], expected: torch.Tensor, n: int) -> bool
 
 
 def first_spec_tokens(lm, n: int) -> tuple[dict[int, int], torch.Tensor]:
-    """Run n independent speculative steps from one fixed context (early-exit draft, k=2) and count
-    the first emitted token; also return the exact distribution AR sampling draws it from."""
-    cfg = sd.GenerationConfig(mode="spec", drafter="early-exit", early_exit_layers=1, k=2, max_new_tokens=8, seed=0, **SAMPLING)
+    """Run n independent speculative steps (k=2) from one fixed context and count the first emitted
+    token; also return the exact distribution that AR sampling draws that token from."""
+    cfg = sd.GenerationConfig(mode="spec", k=2, max_new_tokens=8, seed=0, **SAMPLING)
     state = prepare(lm, [1500, 2300, 77, 4100, 900, 1500, 2300], cfg)
     target, stopper, piecer = Target(lm), Stopper(lm, cfg), Piecer(lm.tokenizer)
     prefill(target, state, cfg, stopper, piecer)
     logits = target.forward(copy.deepcopy(state.cache), [state.tokens[-1]]).logits[-1]
     exact = sampling.logits_to_probs(logits, cfg.sampling)  # what `ar` samples from at this position
+    state.drafter = UniformDrafter(torch.topk(exact, 8).indices.tolist(), len(exact))
     counts: dict[int, int] = {}
     for _ in range(n):
         trial = copy.copy(state)
         trial.output_ids, trial.cache = list(state.output_ids), copy.deepcopy(state.cache)
-        trial.drafter.reset(trial.prompt_ids)
         event = speculative_step(target, trial, cfg, stopper, piecer, 1)
         counts[event.emitted[0].id] = counts.get(event.emitted[0].id, 0) + 1
     return counts, exact
@@ -123,5 +136,12 @@ def test_spec_sampling_matches_ar_distribution(tiny):
 def test_statistical_check_fails_for_always_accept(tiny, monkeypatch):
     """Negative control: accepting every draft yields q's distribution, which the test must catch."""
     monkeypatch.setattr(sampling, "acceptance_probability", lambda p, q, x: 1.0)
+    counts, exact = first_spec_tokens(tiny, N)
+    assert chi2_rejects(counts, exact, N)
+
+
+def test_statistical_check_fails_for_resampling_from_p(tiny, monkeypatch):
+    """Negative control: after a rejection, sampling from p instead of norm(max(0, p - q)) is biased."""
+    monkeypatch.setattr(sampling, "residual_distribution", lambda p, q, x: p)
     counts, exact = first_spec_tokens(tiny, N)
     assert chi2_rejects(counts, exact, N)

@@ -1,0 +1,604 @@
+"""What every page shares: language, the model (loaded once, used under one lock), token
+rendering, trace loading and the prompt list.
+
+Pages stay thin: layout and widgets. Every number they show comes from `specdec_core`; this module
+only turns engine data into HTML, tables and Streamlit state.
+"""
+from __future__ import annotations
+
+import html
+import re
+import json
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import streamlit as st
+
+APP_DIR = Path(__file__).resolve().parent
+ROOT = APP_DIR.parent
+if str(ROOT) not in sys.path:  # `streamlit run app/streamlit_app.py` from anywhere finds specdec_core
+    sys.path.insert(0, str(ROOT))
+
+import specdec_core as sd  # noqa: E402  (after the path fix)
+
+LANGS = ("zh", "en")
+DEFAULT_LANG = "zh"
+LANG_NAMES = {"zh": "中文", "en": "English"}
+MAX_PROMPT_TOKENS = 2000
+MAX_PROMPT_CHARS = 20000  # refuse before tokenising something absurd
+LANES = ("ar", "nar", "jacobi", "spec")
+DRAFTERS = ("sim", "ngram", "early-exit")
+RACE_DRAFTERS = ("ngram", "early-exit", "sim")
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings from the environment (tests: SPECDEC_APP_MODEL=tiny, SPECDEC_ANIMATION_DELAY=0)
+# ---------------------------------------------------------------------------------------------
+
+def model_name() -> str:
+    return os.environ.get("SPECDEC_APP_MODEL", "smollm2-135m")
+
+
+def animation_delay() -> float:
+    """Seconds per animation frame at speed 1×."""
+    try:
+        return max(0.0, float(os.environ.get("SPECDEC_ANIMATION_DELAY", "0.06")))
+    except ValueError:
+        return 0.06
+
+
+def traces_dir() -> Path:
+    return Path(os.environ.get("SPECDEC_APP_TRACES") or APP_DIR / "traces")
+
+
+def prompts_file() -> Path:
+    return Path(os.environ.get("SPECDEC_APP_PROMPTS") or ROOT / "specdec_core" / "prompts" / "quick.jsonl")
+
+
+# ---------------------------------------------------------------------------------------------
+# Language: one JSON file of UI strings per language; the choice lives in ?lang= and the session
+# ---------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def strings(lang: str) -> dict[str, str]:
+    return json.loads((APP_DIR / "i18n" / f"{lang}.json").read_text(encoding="utf-8"))
+
+
+def lang() -> str:
+    value = st.session_state.get("lang")
+    return value if value in LANGS else DEFAULT_LANG
+
+
+def t(key: str, **kwargs) -> str:
+    """The UI string `key` in the current language (falls back to English, then to the key)."""
+    text = strings(lang()).get(key) or strings("en").get(key) or key
+    return text.format(**kwargs) if kwargs else text
+
+
+def bi(texts: dict[str, str]) -> str:
+    """Pick the current language from a {"zh": ..., "en": ...} dict of engine or bank data."""
+    return texts.get(lang()) or texts.get("en") or next(iter(texts.values()), "")
+
+
+def init_lang() -> str:
+    """Resolve the language: ?lang= wins, then the session, then the default. Keep it in the URL."""
+    wanted = st.query_params.get("lang")
+    current = wanted if wanted in LANGS else st.session_state.get("lang", DEFAULT_LANG)
+    if current not in LANGS:
+        current = DEFAULT_LANG
+    st.session_state["lang"] = current
+    if st.query_params.get("lang") != current:
+        st.query_params["lang"] = current
+    return current
+
+
+def _on_lang_change() -> None:
+    chosen = st.session_state["lang_widget"]
+    st.session_state["lang"] = chosen
+    st.query_params["lang"] = chosen
+
+
+def language_switch(where=None) -> None:
+    """The 中文 / English switch (the sidebar's; every page has it)."""
+    where = where or st.sidebar
+    st.session_state["lang_widget"] = lang()
+    where.radio("🌐 语言 / Language", LANGS, key="lang_widget", format_func=LANG_NAMES.get,
+                horizontal=True, on_change=_on_lang_change)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model: loaded once per server, every decode under one lock
+# ---------------------------------------------------------------------------------------------
+
+@st.cache_resource(show_spinner=False)
+def _model_store() -> dict:
+    # One per server: the loaded models, a lock that serialises model calls across sessions (each
+    # generate/stream call still builds its own DecodeState), and a lock for loading.
+    return {"models": {}, "model_lock": threading.Lock(), "load_lock": threading.Lock(), "errors": {}}
+
+
+def model_lock() -> threading.Lock:
+    return _model_store()["model_lock"]
+
+
+def loaded_model():
+    """The model if it is already loaded, else None (never loads)."""
+    return _model_store()["models"].get(model_name())
+
+
+def get_model():
+    """Load the app's model once per server, with a spinner. On failure: st.error and None."""
+    store, name = _model_store(), model_name()
+    if name in store["models"]:
+        return store["models"][name]
+    try:
+        with st.spinner(t("loading_model", name=name)):
+            with store["load_lock"]:
+                if name not in store["models"]:
+                    store["models"][name] = sd.load_model(name)
+    except Exception as err:  # SpecDecError (package missing) or anything transformers raises
+        st.error(t("err_model_load", name=name, cause=f"{type(err).__name__}: {err}"))
+        return None
+    return store["models"][name]
+
+
+def require_model():
+    """get_model() or stop the page (the error is already shown)."""
+    lm = get_model()
+    if lm is None:
+        st.stop()
+    return lm
+
+
+@contextmanager
+def model_session(busy_note=None):
+    """Hold the model lock; tell the learner when another session is decoding first."""
+    lock = model_lock()
+    if not lock.acquire(blocking=False):
+        note = (busy_note or st).info(t("model_busy"))
+        if not lock.acquire(timeout=300):
+            raise TimeoutError(t("model_busy_timeout"))
+        note.empty()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def call_model(fn, *args, **kwargs):
+    """Run fn(*args, **kwargs) under the model lock. Errors become st.error, never a traceback."""
+    try:
+        with model_session():
+            return fn(*args, **kwargs)
+    except sd.SpecDecError as err:
+        st.error(t("err_input", cause=str(err)))
+    except Exception as err:
+        st.error(t("err_model", cause=f"{type(err).__name__}: {err}"))
+    return None
+
+
+def check_prompt(lm, prompt: str) -> int | None:
+    """Token count of a chat prompt, or None (with a warning) when it is too long to decode here."""
+    if len(prompt) > MAX_PROMPT_CHARS:
+        st.warning(t("prompt_too_long_chars", chars=len(prompt), limit=MAX_PROMPT_CHARS))
+        return None
+    try:
+        n = len(lm.encode(prompt))
+    except sd.SpecDecError as err:
+        st.warning(t("err_input", cause=str(err)))
+        return None
+    if n > MAX_PROMPT_TOKENS:
+        st.warning(t("prompt_too_long", tokens=n, limit=MAX_PROMPT_TOKENS))
+        return None
+    return n
+
+
+def prompt_hint(prompt: str) -> bool:
+    """True when the prompt is empty; then show the hint under the disabled button."""
+    empty = not prompt.strip()
+    if empty:
+        st.caption(t("empty_prompt_hint"))
+    return empty
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _cached_generate(name: str, prompt: str, config_items: tuple):
+    lm = _model_store()["models"][name]
+    with model_session():
+        return sd.generate(lm, prompt, sd.GenerationConfig(**dict(config_items)))
+
+
+def generate(lm, prompt: str, config: "sd.GenerationConfig"):
+    """sd.generate under the lock, cached across sessions per (model, prompt, config).
+
+    Returns a GenerationResult or None after showing the error."""
+    items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(config).items()))
+    try:
+        return _cached_generate(lm.name, prompt, items)
+    except sd.SpecDecError as err:
+        st.error(t("err_input", cause=str(err)))
+    except Exception as err:
+        st.error(t("err_model", cause=f"{type(err).__name__}: {err}"))
+    return None
+
+
+@st.cache_resource(show_spinner=False)
+def _cost_models() -> dict:
+    return {"lock": threading.Lock()}
+
+
+def cost_model(lm):
+    """This machine's cost model (forward times per token count, drafter step costs), measured
+    once per server and model, under the model lock; other sessions wait for that one measurement."""
+    store = _cost_models()
+    if lm.name not in store:
+        with st.spinner(t("measuring_costs")), store["lock"]:
+            if lm.name not in store:
+                def measure():
+                    return sd.costmodel.measure_cost_model(lm, tokens=(1, 2, 3, 4, 5, 6, 8, 12, 17), repeats=3,
+                                                           drafters=("ngram", "early-exit"))
+                result = call_model(measure)
+                if result is None:
+                    return None
+                store[lm.name] = result
+    return store[lm.name]
+
+
+@st.cache_resource(show_spinner=False)
+def result_store() -> dict:
+    """Server-wide store for measurements that take long (batch timings): key -> value."""
+    return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokens: colour (Okabe–Ito) plus a second cue for every role, and a legend
+# ---------------------------------------------------------------------------------------------
+
+# role -> (colour, css of the second cue)
+ROLES = {
+    "ar": ("#56B4E9", "border:1px solid #56B4E9;"),                                   # sky blue, thin box
+    "accepted": ("#009E73", "border-bottom:3px solid #009E73;"),                      # bluish green, solid underline
+    "rejected": ("#D55E00", "text-decoration:line-through 2px;border:1px dashed #D55E00;opacity:.8;"),  # vermillion, struck
+    "correction": ("#0072B2", "border-bottom:4px double #0072B2;font-weight:600;"),   # blue, double underline
+    "bonus": ("#E69F00", "border-bottom:3px dotted #E69F00;font-weight:600;"),        # orange, dotted underline
+    "changing": ("#F0E442", "text-decoration:underline wavy #9a8f00;"),              # yellow, wavy underline
+    "window": ("#999999", "border:1px dashed #999999;opacity:.75;"),                  # grey, dashed box
+    "nar_diff": ("#CC79A7", "border-bottom:3px dashed #CC79A7;"),                     # reddish purple, dashed underline
+}
+LEGEND_ROLES = ("ar", "accepted", "rejected", "correction", "bonus", "changing", "nar_diff")
+
+
+def _hex_rgba(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+_MD_ESCAPES = {"$": "&#36;", "*": "&#42;", "_": "&#95;", "`": "&#96;", "\\": "&#92;", "~": "&#126;",
+               "[": "&#91;", "]": "&#93;", "#": "&#35;", "|": "&#124;"}
+
+
+def escape_piece(piece: str) -> str:
+    """Token text as inert HTML inside markdown: no math, no emphasis; newlines shown as ↵."""
+    out = html.escape(piece, quote=True)
+    out = "".join(_MD_ESCAPES.get(ch, ch) for ch in out)
+    out = out.replace("\n", "↵<br>").replace("\r", "")
+    return out or "&#8203;"
+
+
+def token_span(piece: str, role: str, title: str = "") -> str:
+    colour, cue = ROLES[role]
+    style = (f"background:{_hex_rgba(colour, 0.28)};{cue}border-radius:3px;padding:0 1px;margin:0 1px 2px 0;"
+             "white-space:pre-wrap;line-height:1.9;")
+    tip = f' title="{html.escape(title, quote=True)}"' if title else ""
+    return f'<span class="sd-tok sd-{role}" style="{style}"{tip}>{escape_piece(piece)}</span>'
+
+
+def plain_span(text: str) -> str:
+    """Context text (not a token role): muted, no colour."""
+    return f'<span class="sd-ctx" style="opacity:.6;white-space:pre-wrap">{escape_piece(text)}</span>'
+
+
+def token_line(spans: list[str], extra_style: str = "") -> str:
+    """One single-line HTML block (a blank line would end the HTML block inside markdown)."""
+    return f'<div class="sd-lane" style="font-family:ui-monospace,monospace;font-size:0.92em;{extra_style}">' \
+           + "".join(spans) + "</div>"
+
+
+def legend_html() -> str:
+    items = [token_span(t(f"role_{r}"), r).replace('style="', 'style="display:inline-block;white-space:nowrap;', 1)
+             for r in LEGEND_ROLES]
+    return '<div class="sd-legend" style="font-size:0.85em">' + " ".join(items) + "</div>"
+
+
+def show_legend(where=None) -> None:
+    (where or st).markdown(legend_html(), unsafe_allow_html=True)
+
+
+def visible(piece: str) -> str:
+    """Token text for tables and chart axes: spaces and newlines made visible."""
+    return piece.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
+
+
+# ---------------------------------------------------------------------------------------------
+# Lanes: a lane is the list of StepEvents of one mode; render it as far as `n` steps
+# ---------------------------------------------------------------------------------------------
+
+def spec_step_spans(step, show_rejected: bool = True) -> list[str]:
+    """A spec/ar decode step as spans: accepted drafts, (struck) rejected drafts, correction/bonus."""
+    if step.kind == "prefill" or not step.drafted:
+        return [token_span(tok.piece, "ar", _tip(tok)) for tok in step.emitted]
+    spans = []
+    for i, tok in enumerate(step.emitted):
+        if i < step.accepted:
+            spans.append(token_span(tok.piece, "accepted", _tip(tok, "q", step.drafted[i].prob)))
+        else:
+            if show_rejected:
+                spans += [token_span(d.piece, "rejected", _tip(d, "q")) for d in step.drafted[step.accepted:]]
+            spans.append(token_span(tok.piece, step.extra_kind or "correction", _tip(tok)))
+    return spans
+
+
+def _tip(tok, name: str = "p", prob: float | None = None) -> str:
+    prob = tok.prob if prob is None else prob
+    return f"{tok.piece!r}" + (f"  {name}={prob:.3f}" if prob is not None else "")
+
+
+@dataclass
+class LaneView:
+    """What a lane shows after its first n steps."""
+
+    html: str
+    tokens: int
+    forwards: int  # target forwards including the prefill
+    seconds: float
+    done: bool
+    ids: list[int] = field(default_factory=list)
+
+
+def step_seconds(step) -> float:
+    """Decode time of one step (drafting + verifying; a simulated drafter's oracle is excluded)."""
+    return step.draft_s + step.verify_s
+
+
+def lane_clocks(steps, clock: str) -> list[float]:
+    """Cumulative clock after each step: seconds, or target forwards (the prefill counts as one)."""
+    if clock == "forwards":
+        return [float(s.target_forwards + 1) for s in steps]
+    total, out = 0.0, []
+    for s in steps:
+        total += step_seconds(s)
+        out.append(total)
+    return out
+
+
+def render_lane(mode: str, steps, n: int, reference_ids: list[int] | None = None,
+                show_rejected: bool = True) -> LaneView:
+    shown = steps[:n]
+    spans: list[str] = []
+    ids: list[int] = []
+    if mode in ("ar", "spec"):
+        for s in shown:
+            spans += spec_step_spans(s, show_rejected)
+            ids += [tok.id for tok in s.emitted]
+    elif mode == "nar":
+        for s in shown:
+            for tok in s.emitted:
+                pos = len(ids)
+                same = reference_ids is not None and pos < len(reference_ids) and reference_ids[pos] == tok.id
+                role = "ar" if same or reference_ids is None else "nar_diff"
+                spans.append(token_span(tok.piece, role, _tip(tok)))
+                ids.append(tok.id)
+    else:  # jacobi: committed text, then the window still settling
+        for s in shown:
+            spans += [token_span(tok.piece, "ar", _tip(tok)) for tok in s.emitted]
+            ids += [tok.id for tok in s.emitted]
+        last = shown[-1] if shown else None
+        if last is not None and last.kind == "iteration" and not last.emitted and last.window:
+            changed = set(last.changed)
+            spans.append(f'<span style="font-size:0.75em;opacity:.7"> ⟨{t("iteration_short", i=last.iteration)}⟩ </span>')
+            spans += [token_span(tok.piece, "changing" if i in changed else "window") for i, tok in enumerate(last.window)]
+    forwards = shown[-1].target_forwards + 1 if shown else 0
+    seconds = sum(step_seconds(s) for s in shown)
+    return LaneView(token_line(spans), len(ids), forwards, seconds, n >= len(steps), ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shipped traces: app/traces/index.json + one sd.Trace JSON per lane
+# ---------------------------------------------------------------------------------------------
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _load_trace(path: str, mtime: float):
+    return sd.Trace.load(path)
+
+
+def load_trace(path: Path):
+    """sd.Trace or raises sd.SpecDecError (missing or corrupted file)."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError as err:
+        raise sd.SpecDecError(f"cannot read trace {path}: {err.strerror or err}") from err
+    return _load_trace(str(path), mtime)
+
+
+def load_index() -> list[dict]:
+    """The examples listed in index.json (a warning and [] when it is missing or broken)."""
+    path = traces_dir() / "index.json"
+    if not path.is_file():
+        st.warning(t("no_traces", path=str(path)))
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise ValueError("index.json must be a list")
+        good = [e for e in data if isinstance(e, dict) and isinstance(e.get("lanes"), dict) and e.get("id")]
+    except (OSError, ValueError) as err:
+        st.warning(t("bad_index", path=str(path), cause=str(err)))
+        return []
+    return good
+
+
+def example_title(entry: dict) -> str:
+    title = entry.get("title")
+    return bi(title) if isinstance(title, dict) and title else str(entry.get("id"))
+
+
+def load_example(entry: dict) -> dict:
+    """lane -> sd.Trace for one example; a corrupted lane file is skipped with a warning."""
+    traces = {}
+    for lane in LANES:
+        rel = entry["lanes"].get(lane)
+        if not rel:
+            continue
+        try:
+            traces[lane] = load_trace(traces_dir() / rel)
+        except sd.SpecDecError as err:
+            st.warning(t("bad_trace", lane=t(f"lane_{lane}"), cause=str(err)))
+    return traces
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts for the lab: specdec_core/prompts/quick.jsonl, or a few built-ins
+# ---------------------------------------------------------------------------------------------
+
+FALLBACK_PROMPTS = (
+    ("copy", "Repeat the following sentence exactly: The quick brown fox jumps over the lazy dog near the river bank."),
+    ("copy", "Rewrite this list in the same order, one item per line: apples, bread, milk, eggs, rice, tea."),
+    ("chat", "What are three tips for staying focused while studying?"),
+    ("chat", "Explain why the sky is blue in simple words."),
+    ("story", "Write a short story about a lighthouse keeper who finds a bottle on the beach."),
+    ("code", "Write a Python function that returns the factorial of n."),
+)
+
+
+@st.cache_data(show_spinner=False)
+def _read_prompts(path: str, mtime: float) -> dict[str, list[str]]:
+    from specdec_core.bench import load_prompts
+    by_category: dict[str, list[str]] = {}
+    for case in load_prompts(Path(path)):
+        by_category.setdefault(case.category, []).append(case.turns[0])  # multi-turn: its first turn
+    return by_category
+
+
+def prompts_by_category() -> dict[str, list[str]]:
+    path = prompts_file()
+    try:
+        return _read_prompts(str(path), path.stat().st_mtime)
+    except (OSError, ImportError, sd.SpecDecError) as err:
+        st.warning(t("prompts_fallback", path=str(path), cause=str(err)))
+    fallback: dict[str, list[str]] = {}
+    for category, prompt in FALLBACK_PROMPTS:
+        fallback.setdefault(category, []).append(prompt)
+    return fallback
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------------------------
+
+def sleep_frame(speed: float) -> None:
+    delay = animation_delay() / max(speed, 1e-3)
+    if delay > 0:
+        time.sleep(delay)
+
+
+def drafter_label(name: str) -> str:
+    return t(f"drafter_{name.replace('-', '_')}")
+
+
+def labels(options, label) -> callable:
+    """A format_func with the labels computed now, in this run's language (AppTest and widgets may
+    call format_func outside the script run, where the session — and so the language — is unknown)."""
+    table = {option: label(option) for option in options}
+    return lambda option: table.get(option, str(option))
+
+
+# ---------------------------------------------------------------------------------------------
+# Lessons: lessons/<lang>/<stem>.md (jupytext MyST markdown)
+# ---------------------------------------------------------------------------------------------
+
+def lesson_stems() -> list[str]:
+    """Lesson file stems present in either language, in order."""
+    return sorted({p.stem for lg in LANGS for p in (ROOT / "lessons" / lg).glob("*.md")})
+
+
+def lesson_file(stem: str, language: str | None = None) -> tuple[Path | None, str]:
+    """The lesson in the wanted language, else in the other one: (path, language used)."""
+    language = language or lang()
+    for lg in (language, *[x for x in LANGS if x != language]):
+        path = ROOT / "lessons" / lg / f"{stem}.md"
+        if path.is_file():
+            return path, lg
+    return None, language
+
+
+@lru_cache(maxsize=64)
+def _title_of(path: str, mtime: float) -> str:
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return Path(path).stem
+
+
+def lesson_title(stem: str) -> str:
+    path, _ = lesson_file(stem)
+    if path is None:
+        return stem
+    title = _title_of(str(path), path.stat().st_mtime)
+    return title.split("·", 1)[1].strip() if "·" in title else title
+
+
+_FENCE = re.compile(r"^(\s*)```+\s*\{([\w-]+)\}\s*(\S*)\s*$")
+_TARGET = re.compile(r"^\(([\w\-.:]+)\)=\s*$")
+_ROLE = re.compile(r"\{[\w-]+\}`([^`]*)`")
+
+
+def myst_to_markdown(text: str) -> str:
+    """Jupytext MyST markdown -> Streamlit markdown: drop the YAML front matter, turn
+    ```{code-cell} python fences (and their option lines) into ```python, `(id)=` targets into
+    HTML anchors, other directives into plain fenced text, and {role}`x` into `x`."""
+    lines = text.splitlines()
+    if lines and lines[0].strip() == "---":
+        end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+        if end is not None:
+            lines = lines[end + 1:]
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE.match(line)
+        target = _TARGET.match(line)
+        if fence:
+            indent, name, arg = fence.groups()
+            lang_ = "python" if name == "code-cell" else "text"
+            out.append(f"{indent}```{lang_}")
+            i += 1
+            # cell options: ":key: value" lines, or a "---" ... "---" YAML block right after the fence
+            if i < len(lines) and lines[i].strip() == "---":
+                close = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "---"), i)
+                i = close + 1
+            while i < len(lines) and re.match(r"^\s*:[\w-]+:", lines[i]):
+                i += 1
+            continue
+        if target:
+            out += [f'<a id="{target.group(1)}"></a>', ""]
+        else:
+            out.append(_ROLE.sub(r"`\1`", line))
+        i += 1
+    return "\n".join(out).strip() + "\n"
+
+
+def lesson_sections(text: str) -> list[tuple[str, str]]:
+    """(anchor id, heading) of every `(id)=` target followed by a heading, in order."""
+    lines = text.splitlines()
+    found = []
+    for i, line in enumerate(lines[:-1]):
+        m = _TARGET.match(line)
+        if m and lines[i + 1].lstrip().startswith("#"):
+            found.append((m.group(1), lines[i + 1].lstrip("# ").strip()))
+    return found

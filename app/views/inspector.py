@@ -1,0 +1,193 @@
+"""Draft–verify inspector: step through one speculative run, position by position."""
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+import common
+from common import t, visible
+
+import specdec_core as sd
+
+st.title(t("insp_title"))
+st.markdown(t("insp_intro"))
+
+ss = st.session_state
+SOURCES = ("example", "live")
+source = st.radio(t("insp_source"), SOURCES, horizontal=True, key="insp_source",
+                  format_func=common.labels(SOURCES, lambda s: t(f"insp_source_{s}")))
+
+trace = None
+if source == "example":
+    index = [e for e in common.load_index() if e.get("lanes", {}).get("spec")]
+    if not index:
+        st.info(t("insp_no_examples"))
+    else:
+        by_id = {e["id"]: e for e in index}
+        chosen = st.selectbox(t("race_example"), list(by_id), key="insp_example",
+                              format_func=common.labels(by_id, lambda i: common.example_title(by_id[i])))
+        try:
+            trace = common.load_trace(common.traces_dir() / by_id[chosen]["lanes"]["spec"])
+        except sd.SpecDecError as err:
+            st.warning(t("bad_trace", lane=t("lane_spec"), cause=str(err)))
+else:
+    ss.setdefault("insp_prompt", t("insp_default_prompt"))
+    prompt = st.text_area(t("race_prompt"), key="insp_prompt", height=80)
+    c = st.columns(5)
+    drafter = c[0].selectbox(t("drafter"), common.DRAFTERS, key="insp_drafter",
+                             format_func=common.labels(common.DRAFTERS, common.drafter_label))
+    k = c[1].slider("k", 1, 16, 4, key="insp_k", help=t("k_help"))
+    temperature = c[2].slider(t("temperature"), 0.0, 1.5, 0.8, 0.05, key="insp_temp", help=t("temperature_help"))
+    hit_rate = c[3].slider(t("hit_rate"), 0.0, 1.0, 0.6, 0.05, key="insp_hit", help=t("hit_rate_help"),
+                           disabled=drafter != "sim")
+    max_new = c[4].slider(t("max_new_tokens"), 8, 96, 32, 8, key="insp_max_new")
+    seed = st.number_input(t("seed"), 0, 10_000, 0, key="insp_seed")
+    empty = common.prompt_hint(prompt)
+    if st.button(t("insp_run"), type="primary", disabled=empty, key="insp_run"):
+        lm = common.require_model()
+        if common.check_prompt(lm, prompt) is not None:
+            cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, temperature=temperature,
+                                      hit_rate=hit_rate, max_new_tokens=max_new, seed=int(seed))
+            result = common.generate(lm, prompt, cfg)
+            if result is not None:
+                ss.insp_trace = result.trace
+                ss.insp_step = 1
+    trace = ss.get("insp_trace")
+
+if trace is None:
+    st.stop()
+
+where = [i for i, s in enumerate(trace.steps) if s.kind == "decode"]  # index in trace.steps
+steps = [trace.steps[i] for i in where]
+if not steps:
+    st.info(t("insp_no_steps"))
+    st.stop()
+
+greedy = float(trace.config.get("temperature", 0.0)) == 0.0
+st.caption(t("insp_run_cfg", drafter=common.drafter_label(trace.drafter or "?"), k=trace.config.get("k"),
+             temperature=trace.config.get("temperature"), model=trace.model, steps=len(steps)))
+
+# ------------------------------------------------------------------ step navigation
+key = ("insp", id(trace) if source == "live" else trace.prompt, len(steps))
+if ss.get("insp_key") != key:
+    ss.insp_key = key
+    ss.insp_step = 1
+ss.insp_step = max(1, min(ss.get("insp_step", 1), len(steps)))
+
+
+def _move(delta: int):
+    ss.insp_step = max(1, min(ss.insp_step + delta, len(steps)))
+
+
+def _first_rejection():
+    for i, s in enumerate(steps, start=1):
+        if s.drafted and s.accepted < len(s.drafted):
+            ss.insp_step = i
+            return
+
+
+nav = st.columns([1.3, 1.3, 1.7, 5])
+nav[0].button("◀ " + t("prev"), on_click=_move, args=(-1,), key="insp_prev")
+nav[1].button(t("next") + " ▶", on_click=_move, args=(1,), key="insp_next")
+nav[2].button(t("insp_first_reject"), on_click=_first_rejection, key="insp_jump_reject")
+if len(steps) > 1:
+    nav[3].slider(t("insp_step"), 1, len(steps), key="insp_step", label_visibility="collapsed")
+step = steps[ss.insp_step - 1]
+st.markdown(f"### {t('insp_step_h', i=ss.insp_step, n=len(steps), forwards=step.target_forwards)}")
+
+# The text so far (prefill + earlier steps), then this step's drafts, verdicts and extra token.
+before = [tok for s in trace.steps[: where[ss.insp_step - 1]] for tok in s.emitted]
+context = "".join(tok.piece for tok in before[-60:])
+spans = [common.plain_span(("…" if len(before) > 60 else "") + context)] if context else []
+spans += common.spec_step_spans(step, show_rejected=True)
+st.markdown(common.token_line(spans), unsafe_allow_html=True)
+
+if not step.drafted:
+    st.info(t("insp_no_draft"))
+else:
+    n = len(step.drafted)
+    rows = []
+    for i in range(n + 1):
+        drafted = step.drafted[i] if i < n else None
+        target = step.target[i] if i < len(step.target) else None
+        if i < step.accepted:
+            verdict = "✅ " + t("verdict_accepted")
+        elif i == step.accepted and i < n:
+            verdict = "❌ " + t("verdict_rejected")
+        elif i == step.accepted == n:
+            verdict = "★ " + t("verdict_bonus_pos")
+        else:
+            verdict = "— " + t("verdict_unchecked")
+        rows.append({
+            t("col_pos"): i + 1,
+            t("col_draft"): visible(drafted.piece) if drafted else "",
+            "q(draft)": round(drafted.prob, 4) if drafted and drafted.prob is not None else None,
+            "p(draft)": round(step.p_of_draft[i], 4) if i < len(step.p_of_draft) else None,
+            "min(1, p/q)": round(step.accept_probs[i], 4) if i < len(step.accept_probs) else None,
+            t("col_target_argmax"): visible(target.piece) if target else "",
+            "p(argmax)": round(target.prob, 4) if target and target.prob is not None else None,
+            t("col_verdict"): verdict,
+        })
+    table = pd.DataFrame(rows)
+    if greedy:  # min(1, p/q) is the sampling rule only
+        table = table.drop(columns=["min(1, p/q)"])
+    st.dataframe(table, hide_index=True, width="stretch")
+    extra = step.extra
+    if extra is not None:
+        kind = step.extra_kind or "correction"
+        st.markdown(t(f"insp_extra_{kind}", token=common.token_span(extra.piece, kind), p=f"{extra.prob or 0:.3f}"),
+                    unsafe_allow_html=True)
+    st.caption(t("insp_rule_greedy") if greedy else t("insp_rule_sampling"))
+
+    # ------------------------------------------------------------------ sampling: p vs q, residual
+    if not greedy:
+        rejected = step.accepted if step.accepted < n else None
+        positions = list(range(1, n + 1))
+        default = (rejected + 1) if rejected is not None else n
+        pos = st.select_slider(t("insp_position"), positions, value=default, key=f"insp_pos_{ss.insp_step}")
+        i = pos - 1
+        p_top = step.p_top[i] if i < len(step.p_top) else []
+        q_top = step.q_top[i] if i < len(step.q_top) else []
+        drafted = step.drafted[i]
+        labels, p_vals, q_vals = [], [], []
+        seen = {}
+        for tok in [*p_top, *q_top, drafted]:
+            if tok.id not in seen:
+                seen[tok.id] = len(labels)
+                labels.append(visible(tok.piece))
+                p_vals.append(None)
+                q_vals.append(None)
+        for tok in p_top:
+            p_vals[seen[tok.id]] = tok.prob
+        for tok in q_top:
+            q_vals[seen[tok.id]] = tok.prob
+        if i < len(step.p_of_draft):
+            p_vals[seen[drafted.id]] = step.p_of_draft[i]
+        if not q_top:  # a deterministic drafter: q is one-hot on its token
+            q_vals[seen[drafted.id]] = drafted.prob
+        labels = [f"{lab} ({tid})" if labels.count(lab) > 1 else lab for lab, tid in zip(labels, seen)]
+        fig = go.Figure()
+        fig.add_bar(x=labels, y=p_vals, name=t("p_target"), marker_color="#0072B2")
+        fig.add_bar(x=labels, y=q_vals, name=t("q_draft"), marker_color="#E69F00", marker_pattern_shape="/")
+        fig.update_layout(barmode="group", height=320, margin=dict(t=40, b=10),
+                          title=t("insp_pq_title", pos=pos, token=visible(drafted.piece)),
+                          yaxis_title=t("probability"))
+        a, b = st.columns([2, 1])
+        a.plotly_chart(fig, width="stretch", key="insp_pq")
+        with b:
+            if i < len(step.accept_probs):
+                st.metric(t("insp_accept_prob"), f"{step.accept_probs[i]:.3f}")
+                st.caption(t("insp_accept_prob_note"))
+            else:
+                st.caption(t("insp_not_examined"))
+            if not q_top:
+                st.caption(t("insp_q_onehot"))
+        if rejected is not None and step.residual_top:
+            st.markdown(f"**{t('insp_residual_h', pos=rejected + 1)}**")
+            res = go.Figure()
+            res.add_bar(x=[visible(tok.piece) for tok in step.residual_top], y=[tok.prob for tok in step.residual_top],
+                        marker_color="#009E73", name="norm(max(0, p−q))")
+            res.update_layout(height=280, margin=dict(t=10, b=10), yaxis_title=t("probability"))
+            st.plotly_chart(res, width="stretch", key="insp_residual")
+            st.caption(t("insp_residual_note", token=visible(step.extra.piece) if step.extra else "?"))
+
+common.show_legend()

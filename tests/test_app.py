@@ -1,0 +1,396 @@
+"""The Streamlit app, driven headlessly with streamlit.testing.v1.AppTest.
+
+Every page renders without an exception in both languages, its main interaction works (race replay
+controls, inspector stepping, a lab run, a batch measurement, quiz grading, lesson rendering), and
+bad input ends in a warning or a disabled button, never a traceback. The model is `tiny` (random
+weights, real tokenizer) and animations have no delay, so the whole file runs in a few minutes on a
+small CPU. Race traces are recorded here with the tiny model, in the shipped format.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import string
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+APP_DIR = ROOT / "app"
+APP = APP_DIR / "streamlit_app.py"
+TIMEOUT = 300  # seconds per script run: generous, the shared CI machine can be very slow
+LANES = ("ar", "nar", "jacobi", "spec")
+
+sys.path.insert(0, str(APP_DIR))
+
+
+# ------------------------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="session")
+def traces_dir(tmp_path_factory) -> Path:
+    """A trace folder in the shipped format (index.json + one sd.Trace per lane), from `tiny`."""
+    import specdec_core as sd
+
+    lm = sd.load_model("tiny")
+    root = tmp_path_factory.mktemp("traces")
+    prompt = "Repeat exactly: the cat sat on the mat, the cat sat on the mat."
+    configs = {
+        "ar": sd.GenerationConfig(mode="ar", max_new_tokens=12),
+        "nar": sd.GenerationConfig(mode="nar", window=6, max_new_tokens=12),
+        "jacobi": sd.GenerationConfig(mode="jacobi", window=6, max_new_tokens=12),
+        "spec": sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=0.6, k=3, max_new_tokens=12),
+    }
+    (root / "cat").mkdir()
+    for lane, cfg in configs.items():
+        sd.generate(lm, prompt, cfg).trace.save(root / "cat" / f"{lane}.json")
+    index = [{"id": "cat", "category": "copy", "title": {"zh": "复制一句话", "en": "Copy a sentence"},
+              "prompt": prompt, "lanes": {lane: f"cat/{lane}.json" for lane in LANES}}]
+    (root / "index.json").write_text(json.dumps(index, ensure_ascii=False), encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def prompts_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "quick.jsonl"
+    rows = [{"id": "c1", "category": "copy", "prompt": "Repeat exactly: one two three four five six."},
+            {"id": "q1", "category": "qa", "prompt": "What is the capital of France?"},
+            {"id": "m1", "category": "multi", "turns": ["Hello!", "Tell me a joke."]}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def app_env(monkeypatch, traces_dir, prompts_file):
+    monkeypatch.setenv("SPECDEC_APP_MODEL", "tiny")
+    monkeypatch.setenv("SPECDEC_ANIMATION_DELAY", "0")
+    monkeypatch.setenv("SPECDEC_APP_TRACES", str(traces_dir))
+    monkeypatch.setenv("SPECDEC_APP_PROMPTS", str(prompts_file))
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+def ok(at: AppTest) -> AppTest:
+    """Fail on any exception the app raised (AppTest would otherwise only record it)."""
+    assert not at.exception, "\n".join(f"{e.message}\n{''.join(e.stack_trace)}" for e in at.exception)
+    return at
+
+
+def open_page(page: str = "home", lang: str = "en") -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.query_params["lang"] = lang
+    ok(at.run())
+    if page != "home":
+        at.switch_page(f"views/{page}.py")
+        ok(at.run())
+    return at
+
+
+def texts(at: AppTest) -> str:
+    """All markdown, captions, titles and alerts of the page, as one string."""
+    parts = []
+    for kind in ("title", "header", "subheader", "markdown", "caption", "info", "warning", "error", "success"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    return "\n".join(parts)
+
+
+def plotly_charts(at: AppTest) -> list:
+    return list(at.get("plotly_chart"))
+
+
+def button(at: AppTest, key: str):
+    return at.button(key=key)
+
+
+# ------------------------------------------------------------------------------------ i18n
+
+def _strings(lang: str) -> dict:
+    return json.loads((APP_DIR / "i18n" / f"{lang}.json").read_text(encoding="utf-8"))
+
+
+def test_i18n_files_have_the_same_keys_and_placeholders():
+    en, zh = _strings("en"), _strings("zh")
+    assert set(en) == set(zh), f"only in en: {set(en) - set(zh)}; only in zh: {set(zh) - set(en)}"
+    fmt = string.Formatter()
+    for key in en:
+        assert en[key].strip() and zh[key].strip(), key
+        fields = [{f for _, f, _, _ in fmt.parse(text) if f} for text in (en[key], zh[key])]
+        assert fields[0] == fields[1], f"{key}: placeholders differ {fields}"
+
+
+def test_every_static_ui_key_used_in_the_app_exists():
+    en = _strings("en")
+    used = set()
+    for path in [*APP_DIR.glob("*.py"), *(APP_DIR / "views").glob("*.py")]:
+        used |= set(re.findall(r"\bt\(\s*\"([a-z0-9_]+)\"\s*[,)]", path.read_text(encoding="utf-8")))
+    assert used, "the pattern found no t(...) call"
+    assert not used - set(en), f"missing UI strings: {sorted(used - set(en))}"
+
+
+def test_myst_lesson_markup_becomes_streamlit_markdown():
+    import common
+
+    source = ("---\njupytext:\n  text_representation:\n    format_name: myst\n---\n\n# Title\n\n(goals)=\n"
+              "## Goals\n\nSee {ref}`goals`.\n\n```{code-cell} python\n:tags: [hide-input]\nprint(1)\n```\n")
+    out = common.myst_to_markdown(source)
+    assert "jupytext" not in out and "{code-cell}" not in out and ":tags:" not in out
+    assert "```python\nprint(1)\n```" in out
+    assert '<a id="goals"></a>\n\n## Goals' in out
+    assert "See `goals`." in out
+    assert common.lesson_sections(source) == [("goals", "Goals")]
+
+
+# ------------------------------------------------------------------------------------ pages render
+
+@pytest.mark.parametrize("page", ["home", "race", "inspector", "lab", "pays", "quiz", "lessons"])
+def test_every_page_renders_in_both_languages(page):
+    for lang in ("en", "zh"):
+        at = open_page(page, lang)
+        assert at.title, f"{page} has no title"
+        assert at.session_state["lang"] == lang and at.query_params["lang"] == lang
+        assert at.sidebar.radio(key="lang_widget").value == lang  # the switch is on every page
+
+
+def test_home_shows_model_status_and_the_weights_note():
+    at = open_page("home", "en")
+    body = texts(at)
+    assert "head chef" in body and "assistant cook" in body
+    assert "Q4_1" in body and "tiny" in body
+    if any(b.key == "home_load" for b in at.button):  # not loaded yet by an earlier test
+        ok(button(at, "home_load").click().run())
+    assert "is loaded" in texts(at) and "cpu" in texts(at)
+
+
+def test_language_switch_by_query_param_and_by_widget():
+    at = open_page("home", "zh")
+    assert "动手学" in at.title[0].value
+    ok(at.sidebar.radio(key="lang_widget").set_value("en").run())
+    assert "hands on" in at.title[0].value
+    assert at.query_params["lang"] == "en"
+    at.switch_page("views/race.py")
+    ok(at.run())
+    assert at.title[0].value.endswith("Decoding race")  # the choice survives a page change
+
+
+# ------------------------------------------------------------------------------------ race
+
+def test_race_replays_the_recorded_traces_with_all_controls():
+    at = open_page("race", "en")
+    # The first visit plays by itself (no delay in tests): all four lanes finish.
+    assert at.session_state["race_frame"] > 0
+    body = texts(at)
+    assert "Finish line" in body and "sd-tok" in body and "forwards" in body
+    assert len(at.dataframe) >= 1
+
+    ok(button(at, "race_reset").click().run())
+    assert at.session_state["race_frame"] == 0 and "Finish line" not in texts(at)
+    ok(button(at, "race_step").click().run())
+    assert at.session_state["race_frame"] == 1
+    ok(button(at, "race_end").click().run())
+    assert "Finish line" in texts(at)
+
+    ok(at.radio(key="race_clock").set_value("forwards").run())  # a new clock restarts the replay
+    assert at.session_state["race_frame"] == 0
+    ok(button(at, "race_play").click().run())  # play to the end
+    frames = at.session_state["race_frame"]
+    assert frames > 1 and "Finish line" in texts(at)
+    # NAR sits next to AR's text; spec shows its accepted/rejected/correction roles
+    body = texts(at)
+    assert "Same token as AR" in body
+    assert "sd-accepted" in body or "sd-correction" in body or "sd-bonus" in body
+
+
+def test_race_skips_a_corrupted_trace_with_a_warning(tmp_path, traces_dir, monkeypatch):
+    broken = tmp_path / "traces"
+    shutil.copytree(traces_dir, broken)
+    (broken / "cat" / "spec.json").write_text('{"schema_version": 1, "steps": [', encoding="utf-8")
+    (broken / "cat" / "nar.json").write_text("not json at all", encoding="utf-8")
+    monkeypatch.setenv("SPECDEC_APP_TRACES", str(broken))
+    at = open_page("race", "en")
+    warnings = " ".join(w.value for w in at.warning)
+    assert "corrupted" in warnings and "Draft → verify" in warnings and "NAR" in warnings
+    assert "Finish line" in texts(at)  # the healthy lanes still race
+
+    (broken / "index.json").write_text("[{broken", encoding="utf-8")
+    at = open_page("race", "en")
+    assert any("broken" in w.value for w in at.warning)
+    shutil.rmtree(broken)
+    at = open_page("race", "en")
+    assert any("No recorded traces" in w.value for w in at.warning)
+
+
+def test_race_live_disables_run_on_an_empty_prompt_and_refuses_a_huge_one():
+    at = open_page("race", "en")
+    ok(at.toggle(key="race_live").set_value(True).run())
+    ok(at.text_area(key="race_prompt").set_value("   ").run())
+    assert button(at, "race_run").disabled
+    assert any("Type a prompt first" in c.value for c in at.caption)
+
+    ok(at.text_area(key="race_prompt").set_value("word " * 2500).run())
+    assert not button(at, "race_run").disabled
+    ok(button(at, "race_run").click().run())
+    assert any("at most 2000 tokens" in w.value for w in at.warning)
+
+
+def test_race_live_decodes_a_prompt_with_the_model():
+    at = open_page("race", "en")
+    ok(at.toggle(key="race_live").set_value(True).run())
+    ok(at.text_area(key="race_prompt").set_value("Say hello.").run())
+    ok(at.slider(key="race_max_new").set_value(8).run())
+    ok(at.selectbox(key="race_drafter").set_value("sim").run())
+    ok(button(at, "race_run").click().run())
+    result = at.session_state["race_live_result"]
+    assert set(result["lanes"]) == set(LANES)
+    assert all(result["lanes"][lane] for lane in LANES)
+    ok(button(at, "race_end").click().run())
+    assert "Finish line" in texts(at)
+
+
+# ------------------------------------------------------------------------------------ inspector
+
+def test_inspector_steps_through_a_recorded_run():
+    at = open_page("inspector", "en")
+    assert at.session_state["insp_step"] == 1
+    assert len(at.dataframe) == 1 or "plain AR step" in texts(at)
+    ok(button(at, "insp_next").click().run())
+    assert at.session_state["insp_step"] == 2
+    assert "Step 2 /" in texts(at)
+    ok(button(at, "insp_prev").click().run())
+    assert at.session_state["insp_step"] == 1
+
+
+def test_inspector_live_sampling_shows_p_q_and_the_residual():
+    at = open_page("inspector", "en")
+    ok(at.radio(key="insp_source").set_value("live").run())
+    ok(at.text_area(key="insp_prompt").set_value("").run())
+    assert button(at, "insp_run").disabled
+    ok(at.text_area(key="insp_prompt").set_value("Tell me about tea.").run())
+    ok(at.slider(key="insp_max_new").set_value(16).run())
+    ok(button(at, "insp_run").click().run())
+    trace = at.session_state["insp_trace"]
+    assert trace.config["temperature"] > 0
+    ok(button(at, "insp_jump_reject").click().run())
+    step = [s for s in trace.steps if s.kind == "decode"][at.session_state["insp_step"] - 1]
+    assert len(plotly_charts(at)) >= (2 if step.residual_top and step.accepted < len(step.drafted) else 1)
+    assert "min(1, p/q)" in texts(at) or any("min(1, p/q)" in str(m.label) for m in at.get("metric"))
+
+
+# ------------------------------------------------------------------------------------ lab and costs
+
+def test_lab_runs_on_the_model_and_draws_theory_and_measurements():
+    at = open_page("lab", "en")
+    assert len(plotly_charts(at)) == 3  # τ, speedup, heatmap: theory before any run
+    ok(at.selectbox(key="lab_category").set_value("copy").run())
+    ok(at.multiselect(key="lab_ks").set_value([2, 4]).run())
+    ok(at.slider(key="lab_max_new").set_value(16).run())
+    ok(button(at, "lab_run").click().run())
+    assert at.success and "pooled α" in at.success[0].value
+    assert len(plotly_charts(at)) == 5  # + per-position acceptance and the histogram
+    assert "approximation" in json.dumps([c.proto.spec for c in plotly_charts(at)], ensure_ascii=False)
+    ok(at.multiselect(key="lab_ks").set_value([]).run())
+    assert button(at, "lab_run").disabled
+
+
+def test_lab_falls_back_to_built_in_prompts_with_a_warning(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_APP_PROMPTS", str(tmp_path / "missing.jsonl"))
+    at = open_page("lab", "en")
+    assert any("built-in prompts" in w.value for w in at.warning)
+
+
+def test_pays_measures_forward_times_and_plots_the_speedup():
+    at = open_page("pays", "en")
+    assert any("Measure forward times" in i.value for i in at.info)
+    ok(at.multiselect(key="pays_batches").set_value([1, 2]).run())
+    ok(at.multiselect(key="pays_tokens").set_value([1, 2, 3]).run())
+    ok(at.slider(key="pays_repeats").set_value(1).run())
+    ok(button(at, "pays_run").click().run())
+    assert len(plotly_charts(at)) == 3
+    ok(at.multiselect(key="pays_tokens").set_value([2, 3]).run())  # no 1-token baseline
+    assert button(at, "pays_run").disabled
+
+
+# ------------------------------------------------------------------------------------ quiz
+
+def _bank():
+    from specdec_core import quiz
+    return quiz.questions_for()
+
+
+def test_quiz_shows_every_question_and_grades_right_and_wrong_answers():
+    at = open_page("quiz", "en")
+    bank = _bank()
+    assert len([b for b in at.button if b.key and b.key.startswith("quiz_submit_")]) == len(bank)
+
+    single = [q for q in bank if q.type == "single" and not q.experiment]
+    right_q, wrong_q = single[0], single[1]
+    ok(at.radio(key=f"quiz_in_{right_q.id}").set_value(min(right_q.correct_indices)).run())
+    ok(button(at, f"quiz_submit_{right_q.id}").click().run())
+    wrong = next(i for i in range(len(wrong_q.choices)) if i not in wrong_q.correct_indices)
+    ok(at.radio(key=f"quiz_in_{wrong_q.id}").set_value(wrong).run())
+    ok(button(at, f"quiz_submit_{wrong_q.id}").click().run())
+    assert at.session_state["quiz_answers"][right_q.id]["correct"] is True
+    assert at.session_state["quiz_answers"][wrong_q.id]["correct"] is False
+    assert any("Correct" in s.value for s in at.success)
+    assert any("Not quite" in e.value for e in at.error)
+    assert "Explanation:" in texts(at)
+    ok(button(at, f"quiz_retry_{wrong_q.id}").click().run())
+    assert wrong_q.id not in at.session_state["quiz_answers"]
+
+    multi = next(q for q in bank if q.type == "multi")
+    ok(at.selectbox(key="quiz_lesson").set_value(multi.lesson).run())
+    for i in multi.correct_indices:
+        ok(at.checkbox(key=f"quiz_in_{multi.id}_{i}").check().run())
+    ok(button(at, f"quiz_submit_{multi.id}").click().run())
+    assert at.session_state["quiz_answers"][multi.id]["correct"] is True
+
+
+def test_quiz_filters_and_submit_needs_an_answer():
+    at = open_page("quiz", "zh")
+    ok(at.selectbox(key="quiz_difficulty").set_value("hard").run())
+    shown = [b.key for b in at.button if b.key and b.key.startswith("quiz_submit_")]
+    hard = [q.id for q in _bank() if q.difficulty == "hard"]
+    assert sorted(k.removeprefix("quiz_submit_") for k in shown) == sorted(hard)
+    assert all(button(at, key).disabled for key in shown)  # nothing picked yet
+
+
+def test_quiz_predict_then_run_shows_prediction_and_measurement():
+    at = open_page("quiz", "en")
+    q = next(q for q in _bank() if q.experiment == "verify_cost_ratio_k4")
+    ok(at.selectbox(key="quiz_lesson").set_value(q.lesson).run())
+    ok(at.number_input(key=f"quiz_in_{q.id}").set_value(q.answer.value).run())
+    ok(button(at, f"quiz_submit_{q.id}").click().run())
+    labels = [m.label for m in at.get("metric")]
+    assert "Your prediction" in labels and any(label.startswith("Measured") for label in labels)
+    assert at.session_state["quiz_answers"][q.id]["correct"] is True
+
+
+# ------------------------------------------------------------------------------------ lessons
+
+def test_lessons_render_every_lesson_without_myst_markup():
+    import common
+
+    at = open_page("lessons", "en")
+    stems = common.lesson_stems()
+    assert len(stems) >= 3
+    for stem in stems:
+        ok(at.selectbox(key="lessons_pick").set_value(stem).run())
+        body = texts(at)
+        assert "{code-cell}" not in body and "jupytext:" not in body and f"notebooks/en/{stem}.ipynb" in body
+    ok(at.selectbox(key="lessons_pick").set_value(stems[0]).run())
+    ok(at.sidebar.radio(key="lang_widget").set_value("zh").run())
+    assert at.title[0].value.endswith("课程") and "notebooks/zh/" in texts(at)
+
+
+# ------------------------------------------------------------------------------------ failures
+
+def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(monkeypatch):
+    monkeypatch.setenv("SPECDEC_APP_MODEL", "no-such-model")
+    at = open_page("home", "en")
+    ok(button(at, "home_load").click().run())
+    assert any("Could not load the model" in e.value for e in at.error)
+    at = open_page("lab", "en")
+    assert any("Could not load the model" in e.value for e in at.error)
