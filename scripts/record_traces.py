@@ -1,0 +1,154 @@
+"""Record the race page's precomputed traces with the real model (SmolLM2-135M-Instruct, CPU).
+
+    .venv/bin/python scripts/record_traces.py            # all prompts -> app/traces/
+    .venv/bin/python scripts/record_traces.py --only zh-poem --out /tmp/traces
+
+For each prompt, four lanes decode the same prompt greedily:
+  ar     one token per target forward (the baseline)
+  nar    one-shot parallel decoding, window 16 (fast and garbled: the cautionary lane)
+  jacobi Jacobi fixed-point iteration, window 8 (exact, usually little faster)
+  spec   speculative decoding, draft -> verify (exact); the drafter is chosen per prompt
+
+Every trace is saved with `Trace.save` to <out>/<id>/<lane>.json, and <out>/index.json lists the
+prompts. The engine guarantees that jacobi and spec emit exactly the ar tokens; this script asserts it.
+Timings inside the traces are wall-clock times of the recording machine (they change on each run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import specdec_core as sd  # noqa: E402
+
+MAX_NEW_TOKENS = 48
+NAR_WINDOW = 16
+JACOBI_WINDOW = 8
+SPEC_K = 4
+
+# id, category, title, prompt, drafter (+ its settings). Chosen so the race shows both sides:
+# copying (n-gram drafting shines), free chat (nothing to copy: a simulated drafter of known quality),
+# a code edit (partial copying) and Chinese text (multi-byte characters split across tokens).
+PROMPTS = [
+    {
+        "id": "copy-en",
+        "category": "copy",
+        "title": {"zh": "照抄一段话（n-gram 草稿的主场）", "en": "Copy a paragraph (n-gram drafting shines)"},
+        "prompt": ("Repeat this text word for word: Speculative decoding lets a small draft model guess several "
+                   "tokens ahead, and the large model checks all of them in a single forward pass, so the output "
+                   "stays exactly the same."),
+        "drafter": "ngram",
+        "drafter_config": {"k": SPEC_K},
+    },
+    {
+        "id": "chat-sky",
+        "category": "chat",
+        "title": {"zh": "闲聊问答：天空为什么是蓝的（模拟草稿，命中率 0.7）",
+                  "en": "Chat question: why is the sky blue (simulated drafter, hit rate 0.7)"},
+        "prompt": "Why is the sky blue? Answer in two sentences.",
+        "drafter": "sim",
+        "drafter_config": {"k": SPEC_K, "hit_rate": 0.7},
+    },
+    {
+        "id": "code-fix",
+        "category": "code",
+        "title": {"zh": "改一小段代码", "en": "A short code edit"},
+        "prompt": ("Fix the bug in this code and show the corrected version:\n```python\ndef mean(xs):\n"
+                   "    return sum(xs) / len(x)\n```"),
+        "drafter": "ngram",
+        "drafter_config": {"k": SPEC_K},
+    },
+    {
+        "id": "zh-poem",
+        "category": "chinese",
+        "title": {"zh": "中文：重复一句古诗", "en": "Chinese: repeat a line of classical poetry"},
+        "prompt": "请重复这句话：春眠不觉晓，处处闻啼鸟。",
+        "drafter": "ngram",
+        "drafter_config": {"k": SPEC_K},
+    },
+]
+
+LANES = ("ar", "nar", "jacobi", "spec")
+
+
+def lane_config(lane: str, entry: dict, max_new_tokens: int) -> sd.GenerationConfig:
+    if lane == "ar":
+        return sd.GenerationConfig(mode="ar", max_new_tokens=max_new_tokens)
+    if lane == "nar":
+        return sd.GenerationConfig(mode="nar", window=NAR_WINDOW, max_new_tokens=max_new_tokens)
+    if lane == "jacobi":
+        return sd.GenerationConfig(mode="jacobi", window=JACOBI_WINDOW, max_new_tokens=max_new_tokens)
+    return sd.GenerationConfig(mode="spec", drafter=entry["drafter"], max_new_tokens=max_new_tokens,
+                               **entry["drafter_config"])
+
+
+def record(lm, entry: dict, out: Path, max_new_tokens: int) -> dict:
+    folder = out / entry["id"]
+    folder.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for lane in LANES:
+        start = time.perf_counter()
+        res = sd.generate(lm, entry["prompt"], lane_config(lane, entry, max_new_tokens))
+        res.trace.save(folder / f"{lane}.json")
+        results[lane] = res
+        m = res.metrics
+        print(f"  {entry['id']:>9} {lane:>6}: {m['new_tokens']:3d} tokens, {m['target_forwards']:3d} forwards, "
+              f"tau {m['mean_acceptance_length']:.2f}, {time.perf_counter() - start:5.1f} s", flush=True)
+    for lane in ("jacobi", "spec"):
+        assert results[lane].token_ids == results["ar"].token_ids, (
+            f"{entry['id']}: {lane} output differs from ar:\n{results[lane].text!r}\n{results['ar'].text!r}")
+    print(f"  {entry['id']:>9} output: {results['ar'].text!r}", flush=True)
+    return {
+        "id": entry["id"],
+        "category": entry["category"],
+        "title": entry["title"],
+        "prompt": entry["prompt"],
+        "drafter": entry["drafter"],
+        "drafter_config": entry["drafter_config"],
+        "max_new_tokens": max_new_tokens,
+        "lanes": {lane: f"{entry['id']}/{lane}.json" for lane in LANES},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "app" / "traces", help="output folder (default app/traces)")
+    parser.add_argument("--only", nargs="*", help="record only these prompt ids (the index keeps the others)")
+    parser.add_argument("--model", default="smollm2-135m", choices=sd.MODEL_NAMES)
+    parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
+    args = parser.parse_args(argv)
+
+    known = {p["id"] for p in PROMPTS}
+    unknown = set(args.only or ()) - known
+    if unknown:
+        parser.error(f"unknown prompt id(s) {', '.join(sorted(unknown))}: choose from {', '.join(sorted(known))}")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    index_path = args.out / "index.json"
+    previous = {}
+    if args.only and index_path.exists():
+        previous = {e["id"]: e for e in json.loads(index_path.read_text(encoding="utf-8"))}
+
+    lm = sd.load_model(args.model)
+    print(f"recording {args.model}, {args.max_new_tokens} new tokens -> {args.out}", flush=True)
+    index = []
+    for entry in PROMPTS:
+        if args.only and entry["id"] not in args.only:
+            if entry["id"] in previous:
+                index.append(previous[entry["id"]])
+            continue
+        index.append(record(lm, entry, args.out, args.max_new_tokens))
+    index_path.write_text(json.dumps(index, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
+    total = sum(p.stat().st_size for p in args.out.rglob("*.json"))
+    print(f"wrote {index_path} ({len(index)} prompts), {total / 1024:.0f} KiB in all")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
