@@ -11,7 +11,10 @@ For each prompt, four lanes decode the same prompt greedily:
 
 Every trace is saved with `Trace.save` to <out>/<id>/<lane>.json, and <out>/index.json lists the
 prompts. The engine guarantees that jacobi and spec emit exactly the ar tokens; this script asserts it.
-Timings inside the traces are wall-clock times of the recording machine (they change on each run).
+Timings inside the traces are wall-clock times of the recording machine (they change on each run;
+the race's "measured time" clock replays them). Recording uses one torch thread by default: on a small
+machine shared with other work, two threads fight over the cores and every step gets several times
+slower and noisier (`--threads 0` keeps torch's default).
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
 
 import specdec_core as sd  # noqa: E402
 
@@ -112,6 +117,7 @@ def record(lm, entry: dict, out: Path, max_new_tokens: int) -> dict:
         "drafter_config": entry["drafter_config"],
         "max_new_tokens": max_new_tokens,
         "lanes": {lane: f"{entry['id']}/{lane}.json" for lane in LANES},
+        "recorded_with": {"model": lm.name, "torch": torch.__version__, "threads": torch.get_num_threads()},
     }
 
 
@@ -121,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="record only these prompt ids (the index keeps the others)")
     parser.add_argument("--model", default="smollm2-135m", choices=sd.MODEL_NAMES)
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
 
     known = {p["id"] for p in PROMPTS}
     unknown = set(args.only or ()) - known
@@ -135,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         previous = {e["id"]: e for e in json.loads(index_path.read_text(encoding="utf-8"))}
 
     lm = sd.load_model(args.model)
-    print(f"recording {args.model}, {args.max_new_tokens} new tokens -> {args.out}", flush=True)
+    print(f"recording {args.model}, {args.max_new_tokens} new tokens, {torch.get_num_threads()} torch thread(s) "
+          f"-> {args.out}", flush=True)
     index = []
     for entry in PROMPTS:
         if args.only and entry["id"] not in args.only:
