@@ -19,7 +19,8 @@ _NAMES = {
     "SamplingParams": "sampling",
     "StepEvent": "trace", "Token": "trace", "Trace": "trace",
 }
-_MODULES = ("costmodel", "experiments", "theory", "metrics", "quiz", "bench", "report")
+_MODULES = ("bench", "cli", "costmodel", "decode", "drafters", "errors", "experiments", "metrics", "models", "quiz",
+            "report", "sampling", "target", "theory", "trace")
 
 __all__ = sorted([*_NAMES, *_MODULES])
 
