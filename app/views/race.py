@@ -38,7 +38,9 @@ if not live:
         by_id = {e["id"]: e for e in index}
         chosen = st.selectbox(t("race_example"), ids, key="race_example",
                               format_func=common.labels(ids, lambda i: f"{common.example_title(by_id[i])}  ·  {by_id[i].get('category', '')}"))
-        entry = by_id[chosen]
+        # After a language switch Streamlit may hand back the old (translated) label: fall back to the first.
+        entry = by_id.get(chosen, index[0])
+        chosen = entry["id"]
         traces = common.load_example(entry)
         lanes = {lane: tr.steps for lane, tr in traces.items() if tr.steps}
         configs = {lane: tr.config for lane, tr in traces.items()}
