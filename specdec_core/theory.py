@@ -37,12 +37,14 @@ def walltime_speedup_with_verify_cost(alpha: float, k: int, c: float, verify_rat
     return expected_tokens_per_step(alpha, k) / (k * c + verify_ratio)
 
 
-def best_k(alpha: float, c: float, k_max: int = 16, verify_ratios: dict[int, float] | None = None) -> int:
-    """The k in 1..k_max with the highest expected walltime speedup (verify cost per k if given)."""
+def best_k(alpha: float, c: float, k_max: int = 16, verify_ratios: dict[int, float] | None = None,
+           k_min: int = 1) -> int:
+    """The k in k_min..k_max with the highest expected walltime speedup (verify cost per k if given).
+    k = 0 (allowed with k_min=0) is a plain AR step, speedup 1; ties go to the smaller k."""
     def speedup(k: int) -> float:
         ratio = verify_ratios.get(k, 1.0) if verify_ratios else 1.0
         return walltime_speedup_with_verify_cost(alpha, k, c, ratio)
-    return max(range(1, k_max + 1), key=speedup)
+    return max(range(k_min, k_max + 1), key=speedup)
 
 
 def rule_of_thumb_profitable(alpha: float, k: int, c: float) -> bool:

@@ -162,3 +162,60 @@ def test_accepted_length_pmf_is_consistent_with_the_expectation():
         assert sum(pmf) == pytest.approx(1.0)
         assert sum((j + 1) * p for j, p in enumerate(pmf)) == pytest.approx(theory.expected_tokens_per_step(alpha, k))
         assert theory.prob_all_accepted(alpha, 2) == pytest.approx(sum(pmf[2:]))
+
+
+def test_best_k_may_choose_a_plain_step():
+    ratios = {0: 1.0, 1: 1.1, 2: 1.3, 3: 1.4, 4: 1.6}
+    assert theory.best_k(0.05, 0.0, 4, ratios, k_min=0) == 0  # a poor drafter is not worth a longer forward
+    assert theory.best_k(0.95, 0.0, 4, ratios, k_min=0) == 4
+    assert theory.best_k(0.05, 0.0, 4, ratios) == 1  # k_min defaults to 1
+
+
+# --- the cost-aware n-gram drafter ------------------------------------------------------------
+
+def _ngram(verify_ratios):
+    from specdec_core.drafters import NgramDrafter
+
+    drafter = NgramDrafter(1, 3, verify_ratios)
+    drafter.reset([])
+    return drafter
+
+
+COPYABLE = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]  # the suffix 5 6 7 occurred before: a match of n = 3
+
+
+def test_ngram_fixed_drafts_the_whole_match():
+    draft = _ngram(None).propose(COPYABLE, 4, sd.SamplingParams(), torch.Generator())
+    assert draft.tokens == [8, 9, 10, 11]
+
+
+def test_cost_aware_ngram_stops_verifying_matches_that_keep_failing():
+    drafter = _ngram({0: 1.0, 1: 1.1, 2: 1.3, 3: 1.4, 4: 1.6})
+    first = drafter.propose(COPYABLE, 4, sd.SamplingParams(), torch.Generator())
+    assert len(first.tokens) >= 1  # the prior (alpha = 1/2) says a match is worth a try
+    for _ in range(12):  # every drafted token rejected
+        drafter.propose(COPYABLE, 4, sd.SamplingParams(), torch.Generator())
+        drafter.observe(0, [99], {})
+    assert drafter.acceptance(3) < 0.2
+    assert drafter.propose(COPYABLE, 4, sd.SamplingParams(), torch.Generator()).tokens == []
+    for _ in range(20):  # while full acceptance earns the whole match back
+        drafter.stats[3] = [drafter.stats[3][0] + 4, drafter.stats[3][1] + 4]
+    assert drafter.propose(COPYABLE, 4, sd.SamplingParams(), torch.Generator()).tokens == [8, 9, 10, 11]
+
+
+def test_verify_ratios_are_measured_and_non_decreasing(tiny):
+    from specdec_core.costmodel import verify_ratios
+
+    ratios = verify_ratios(tiny, 8)
+    assert sorted(ratios) == list(range(9)) and ratios[0] == 1.0
+    assert all(a <= b for a, b in zip(list(ratios.values()), list(ratios.values())[1:]))
+
+
+def test_fast_small_matmuls_match_nn_linear():
+    """kernels.weight_left_linear computes what nn.Linear does, for every row count it handles."""
+    from specdec_core.kernels import weight_left_linear
+
+    layer = torch.nn.Linear(64, 48, bias=True)
+    for rows in (1, 2, 3, 5, 8, 9):
+        x = torch.randn(1, rows, 64)
+        assert torch.allclose(weight_left_linear(layer, x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)

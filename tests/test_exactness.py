@@ -29,6 +29,7 @@ def ar_ids(lm, prompt, **kw) -> list[int]:
 
 
 SPEC_CASES = [dict(drafter=d, k=k) for d in ("ngram", "sim", "early-exit") for k in (1, 2, 4, 8)] + [
+    dict(drafter="ngram-fixed", k=4),
     dict(drafter="early-exit", k=8, dynamic_k=0.3),
     dict(drafter="early-exit", k=4, dynamic_k=0.6),
     dict(drafter="sim", k=4, dynamic_k=0.5, hit_rate=0.9),

@@ -8,13 +8,17 @@ from .ngram import NgramDrafter
 from .sim import SimulatedDrafter
 from .small_model import DraftModelDrafter, early_exit_model
 
-DRAFTERS = ("ngram", "sim", "early-exit")
+DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit")
 
 
 def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
     """A fresh drafter (with its own state) for one request under `config` (a GenerationConfig)."""
     if name == "ngram":
-        return NgramDrafter(config.ngram_min, config.ngram_max)
+        from ..costmodel import verify_ratios  # measured once per process and model
+
+        return NgramDrafter(config.ngram_min, config.ngram_max, verify_ratios(lm, config.k))
+    if name == "ngram-fixed":
+        return NgramDrafter(config.ngram_min, config.ngram_max, verify_ratios=None)
     if name == "sim":
         # Greedy output never leaves the oracle's path, so compute it once; sampling recomputes per step.
         horizon = config.max_new_tokens + config.k if config.temperature == 0 else config.k

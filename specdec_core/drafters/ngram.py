@@ -1,6 +1,11 @@
 """Prompt lookup: draft by copying what followed the last occurrence of the current n-gram.
 
 Free to run and excellent when the answer repeats its input (code edits, quoting, extraction).
+On free text a match is often a coincidence, and every drafted token makes the verify forward
+longer, which costs real time on a CPU. So by default the drafter is *cost-aware*: it keeps a running
+acceptance rate per match length and verifies only as many of the copied tokens as pay for
+themselves under this machine's measured verify costs (theory.best_k with k = 0 allowed: a plain AR
+step). `ngram-fixed` always drafts the whole match, like transformers' prompt lookup.
 """
 from __future__ import annotations
 
@@ -8,17 +13,38 @@ import numpy as np
 import torch
 
 from ..sampling import SamplingParams
+from ..theory import best_k
 from .base import Draft, Drafter
+
+# Before any evidence a match is assumed right half the time (a Beta(1, 1) prior on alpha).
+PRIOR_ACCEPTED, PRIOR_EXAMINED = 1, 2
 
 
 class NgramDrafter(Drafter):
     name = "ngram"
 
-    def __init__(self, ngram_min: int = 1, ngram_max: int = 3) -> None:
+    def __init__(self, ngram_min: int = 1, ngram_max: int = 3,
+                 verify_ratios: dict[int, float] | None = None) -> None:
+        """verify_ratios: d -> cost of verifying d drafts (d+1 tokens) over a plain 1-token step, measured
+        by the cost model; None drafts every match in full (`ngram-fixed`)."""
         self.ngram_min = ngram_min
         self.ngram_max = ngram_max
+        self.verify_ratios = verify_ratios
+        if verify_ratios is None:
+            self.name = "ngram-fixed"
+        self.reset([])
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        # Per match length n: [accepted, examined] drafted positions (examined = accepted + the rejected one).
+        self.stats = {n: [PRIOR_ACCEPTED, PRIOR_EXAMINED] for n in range(self.ngram_min, self.ngram_max + 1)}
+        self.last_match: tuple[int, int] | None = None  # (n, drafted length) of the pending proposal
+
+    def acceptance(self, n: int) -> float:
+        accepted, examined = self.stats[n]
+        return accepted / examined
 
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
+        self.last_match = None
         tokens = np.asarray(context)
         # Longest n first: a longer matching suffix is stronger evidence for the continuation.
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
@@ -30,6 +56,19 @@ class NgramDrafter(Drafter):
             if hits.size:
                 start = int(hits[-1]) + n  # most recent occurrence
                 proposal = tokens[start:start + k].tolist()
+                if self.verify_ratios is not None and proposal:
+                    # Drafting costs nothing here (c = 0); the verify forward's extra tokens are the cost.
+                    worth = best_k(self.acceptance(n), 0.0, len(proposal), self.verify_ratios, k_min=0)
+                    proposal = proposal[:worth]
                 if proposal:
+                    self.last_match = (n, len(proposal))
                     return Draft(proposal, None)
+                return Draft([], None)  # a match, but not worth verifying: a plain step
         return Draft([], None)  # nothing to copy: the loop takes a plain step instead of verifying padding
+
+    def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor]) -> None:
+        if self.last_match is None:
+            return
+        n, drafted = self.last_match
+        self.stats[n][0] += accepted
+        self.stats[n][1] += accepted + (accepted < drafted)  # positions up to and including the first rejection
