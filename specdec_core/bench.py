@@ -22,7 +22,7 @@ import torch
 from .errors import SpecDecError
 from .decode import MODES, GenerationConfig, generate
 from .drafters import DRAFTERS, early_exit_model
-from .metrics import matching_prefix
+from .metrics import matching_prefix, peak_rss_bytes
 from .models import LoadedModel, load_model
 from .target import synchronize
 
@@ -114,6 +114,10 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
     token_ids: list[int] = []
     wall = ttft = 0.0
     forwards = drafted = accepted = decode_tokens = 0
+    # Per draft position i (0-based): steps that drafted > i tokens, and of those, steps that accepted > i.
+    offered_at, accepted_at = [0] * config.k, [0] * config.k
+    lengths = [0] * (config.k + 1)  # accepted-length histogram over drafting steps
+    kv_bytes = drafter_bytes = 0
     for turn_index, turn in enumerate(case.turns):
         messages.append({"role": "user", "content": turn})
         prompt_ids = lm.encode(messages)
@@ -131,6 +135,13 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             decode_tokens += round(m["mean_acceptance_length"] * m["target_forwards"])
             if turn_index == 0:
                 ttft = m["ttft_s"]
+            kv_bytes, drafter_bytes = max(kv_bytes, m["kv_cache_bytes"]), max(drafter_bytes, m["drafter_bytes"])
+            for step in result.trace.steps:
+                if step.kind != "prefill" and step.drafted:
+                    lengths[step.accepted] += 1
+                    for i in range(len(step.drafted)):
+                        offered_at[i] += 1
+                        accepted_at[i] += step.accepted > i
         token_ids += ids
         messages.append({"role": "assistant", "content": lm.decode(ids)})
     hf_mode = mode.startswith("hf:")
@@ -139,7 +150,11 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             "new_tokens": len(token_ids), "wall_s": wall, "ttft_s": None if hf_mode else ttft,
             "target_forwards": None if hf_mode else forwards,
             "mean_accepted_length": None if hf_mode else (decode_tokens / forwards if forwards else 0.0),
-            "acceptance_rate": None if hf_mode or not drafted else accepted / drafted}
+            "acceptance_rate": None if hf_mode or not drafted else accepted / drafted,
+            "offered_per_pos": None if hf_mode else offered_at, "accepted_per_pos": None if hf_mode else accepted_at,
+            "accepted_length_hist": None if hf_mode else lengths,
+            "kv_cache_bytes": None if hf_mode else kv_bytes, "drafter_bytes": None if hf_mode else drafter_bytes,
+            "peak_rss_bytes": peak_rss_bytes()}
 
 
 def near_tie_margin(lm: LoadedModel, case: PromptCase, reference: list[int], position: int) -> float | None:
@@ -177,11 +192,22 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
         taus = [r["mean_accepted_length"] for r in rows if r["mean_accepted_length"] is not None]
         rates = [r["acceptance_rate"] for r in rows if r["acceptance_rate"] is not None]
         greedy = [r for r in rows if r["temperature"] == 0]
+        ours = [r for r in rows if r.get("offered_per_pos") is not None]
+        offered = [sum(col) for col in zip(*(r["offered_per_pos"] for r in ours))] if ours else []
+        taken = [sum(col) for col in zip(*(r["accepted_per_pos"] for r in ours))] if ours else []
+        ttfts = [r["ttft_s"] for r in rows if r.get("ttft_s") is not None]
         summary[label] = {
             "speedup_vs_ar": _geomean(ratios),
             "mean_accepted_length": statistics.mean(taus) if taus else None,
             "acceptance_rate": statistics.mean(rates) if rates else None,
             "identical_to_ar": f"{sum(bool(r.get('identical_to_ar')) for r in greedy)}/{len(greedy)}" if greedy else None,
+            "tokens_per_s": sum(r["new_tokens"] for r in rows) / sum(r["wall_s"] for r in rows),
+            "ttft_s": statistics.median(ttfts) if ttfts else None,
+            # P(position i accepted | a draft reached position i), pooled over prompts
+            "acceptance_per_pos": [a / o if o else None for a, o in zip(taken, offered)] if offered and any(offered) else None,
+            "accepted_length_hist": [sum(col) for col in zip(*(r["accepted_length_hist"] for r in ours))] if ours else None,
+            "kv_cache_bytes": max((r["kv_cache_bytes"] for r in ours), default=None),
+            "drafter_bytes": max((r["drafter_bytes"] for r in ours), default=None),
         }
         for category in sorted({c for c, _ in per_prompt.values()}):
             cat_rows = [r for r in rows if r["category"] == category]

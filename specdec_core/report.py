@@ -32,7 +32,32 @@ def markdown_summary(results: dict) -> str:
               "|---|" + "---|" * len(labels)]
     for category, row in results["by_category"].items():
         lines.append(f"| {category} | " + " | ".join(f"{row[l]['speedup_vs_ar']:.2f}×" if l in row else "–" for l in labels) + " |")
+    spec_labels = [l for l in labels if results["summary"][l]["mean_accepted_length"] not in (None, 1.0)]
+    if spec_labels:
+        lines += ["", "τ (mean accepted length) by category:", "", "| category | " + " | ".join(spec_labels) + " |",
+                  "|---|" + "---|" * len(spec_labels)]
+        for category, row in results["by_category"].items():
+            lines.append(f"| {category} | " + " | ".join(
+                f"{row[l]['mean_accepted_length']:.2f}" if row.get(l, {}).get("mean_accepted_length") is not None else "–"
+                for l in spec_labels) + " |")
+    lines += ["", "| mode | tokens/s | median TTFT | KV cache | drafter memory | acceptance per draft position |",
+              "|---|---|---|---|---|---|"]
+    for label, s in results["summary"].items():
+        per_pos = s.get("acceptance_per_pos")
+        lines.append(f"| {label} | {s.get('tokens_per_s', 0):.1f} | {_ms(s.get('ttft_s'))} | {_mb(s.get('kv_cache_bytes'))} | "
+                     f"{_mb(s.get('drafter_bytes'))} | {' '.join('–' if p is None else f'{p:.2f}' for p in per_pos) if per_pos else '–'} |")
+    rss = max((r.get("peak_rss_bytes") or 0 for r in results["results"]), default=0)
+    if rss:
+        lines += ["", f"Peak resident memory of the whole bench process (all modes, model included): {rss / 2**20:.0f} MiB."]
     return "\n".join(lines) + "\n"
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{1000 * seconds:.0f} ms"
+
+
+def _mb(nbytes: int | None) -> str:
+    return "–" if not nbytes else f"{nbytes / 2**20:.1f} MiB"
 
 
 def _figures(results: dict, cost: dict | None) -> list:
@@ -62,6 +87,33 @@ def _figures(results: dict, cost: dict | None) -> list:
         fig.add_scatter(x=alphas, y=[theory.expected_tokens_per_step(a, k) for a in alphas], name=f"theory k={k}", line_dash="dot")
     fig.update_layout(title="Measured τ vs (1−α^(k+1))/(1−α)", xaxis_title="α (acceptance rate)", yaxis_title="τ")
     figures.append(fig)
+
+    # Per-position acceptance: P(draft i accepted | the step reached draft i), measured vs alpha^... theory.
+    fig = go.Figure()
+    for label, s in results["summary"].items():
+        per_pos = s.get("acceptance_per_pos")
+        if per_pos:
+            fig.add_scatter(x=list(range(1, len(per_pos) + 1)), y=per_pos, mode="lines+markers", name=label)
+    if fig.data:
+        fig.update_layout(title="Acceptance per draft position (given the step reached it)", xaxis_title="draft position",
+                          yaxis_title="P(accepted)", yaxis_range=[0, 1])
+        figures.append(fig)
+
+    # Speedup vs k, one line per mode and temperature (sweep runs only).
+    swept = [label for label in results["summary"] if "@k=" in label]
+    if len({label.split("@k=")[1].split(",")[0] for label in swept}) > 1:
+        fig = go.Figure()
+        lines: dict[str, list] = {}
+        for label in swept:
+            mode, rest = label.split("@k=")
+            k, t = rest.split(",t=")
+            lines.setdefault(f"{mode} t={t}", []).append((int(k), results["summary"][label]["speedup_vs_ar"]))
+        for name, points in lines.items():
+            points.sort()
+            fig.add_scatter(x=[k for k, _ in points], y=[v for _, v in points], mode="lines+markers", name=name)
+        fig.add_hline(y=1.0, line_dash="dash")
+        fig.update_layout(title="Speedup vs ar as a function of k", xaxis_title="k (max drafted tokens)", yaxis_title="×")
+        figures.append(fig)
 
     if cost:
         fig = go.Figure()
