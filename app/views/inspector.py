@@ -23,8 +23,7 @@ if source == "example":
         st.info(t("insp_no_examples"))
     else:
         by_id = {e["id"]: e for e in index}
-        chosen = st.selectbox(t("race_example"), list(by_id), key="insp_example",
-                              format_func=common.labels(by_id, lambda i: common.example_title(by_id[i])))
+        chosen = common.selectbox(st, t("race_example"), by_id, "insp_example", lambda i: common.example_title(by_id[i]))
         try:
             trace = common.load_trace(common.traces_dir() / by_id[chosen]["lanes"]["spec"])
         except sd.SpecDecError as err:
@@ -33,8 +32,7 @@ else:
     ss.setdefault("insp_prompt", t("insp_default_prompt"))
     prompt = st.text_area(t("race_prompt"), key="insp_prompt", height=80)
     c = st.columns(5)
-    drafter = c[0].selectbox(t("drafter"), common.DRAFTERS, key="insp_drafter",
-                             format_func=common.labels(common.DRAFTERS, common.drafter_label))
+    drafter = common.selectbox(c[0], t("drafter"), common.DRAFTERS, "insp_drafter", common.drafter_label)
     k = c[1].slider("k", 1, 16, 4, key="insp_k", help=t("k_help"))
     temperature = c[2].slider(t("temperature"), 0.0, 1.5, 0.8, 0.05, key="insp_temp", help=t("temperature_help"))
     hit_rate = c[3].slider(t("hit_rate"), 0.0, 1.0, 0.6, 0.05, key="insp_hit", help=t("hit_rate_help"),

@@ -16,8 +16,7 @@ if not stems:
 wanted = st.query_params.get("lesson")
 if wanted in stems and "lessons_pick" not in ss:
     ss.lessons_pick = wanted
-stem = st.selectbox(t("lessons_pick"), stems, key="lessons_pick",
-                    format_func=common.labels(stems, lambda s: f"{s[:2]} · {common.lesson_title(s)}"))
+stem = common.selectbox(st, t("lessons_pick"), stems, "lessons_pick", lambda s: f"{s[:2]} · {common.lesson_title(s)}")
 
 path, used = common.lesson_file(stem)
 if path is None:

@@ -26,10 +26,10 @@ if ss.get("quiz_lesson") not in (None, "all", *lessons):
 c = st.columns([3, 2, 2])
 LESSONS = ["all", *lessons]
 DIFFICULTIES = ["all", "easy", "mid", "hard"]
-lesson = c[0].selectbox(t("quiz_lesson"), LESSONS, key="quiz_lesson", format_func=common.labels(
-    LESSONS, lambda s: t("all") if s == "all" else f"{s[:2]} · {common.lesson_title(s)}"))
-difficulty = c[1].selectbox(t("quiz_difficulty"), DIFFICULTIES, key="quiz_difficulty", format_func=common.labels(
-    DIFFICULTIES, lambda d: t("all") if d == "all" else t(f"difficulty_{d}")))
+lesson = common.selectbox(c[0], t("quiz_lesson"), LESSONS, "quiz_lesson",
+                          lambda s: t("all") if s == "all" else f"{s[:2]} · {common.lesson_title(s)}")
+difficulty = common.selectbox(c[1], t("quiz_difficulty"), DIFFICULTIES, "quiz_difficulty",
+                              lambda d: t("all") if d == "all" else t(f"difficulty_{d}"))
 only_experiments = c[2].checkbox(t("quiz_only_experiments"), key="quiz_only_exp")
 questions = quiz.questions_for(None if lesson == "all" else lesson, None if difficulty == "all" else difficulty, bank=bank)
 if only_experiments:

@@ -36,11 +36,9 @@ if not live:
     else:
         ids = [e["id"] for e in index]
         by_id = {e["id"]: e for e in index}
-        chosen = st.selectbox(t("race_example"), ids, key="race_example",
-                              format_func=common.labels(ids, lambda i: f"{common.example_title(by_id[i])}  ·  {by_id[i].get('category', '')}"))
-        # After a language switch Streamlit may hand back the old (translated) label: fall back to the first.
-        entry = by_id.get(chosen, index[0])
-        chosen = entry["id"]
+        chosen = common.selectbox(st, t("race_example"), ids, "race_example",
+                                  lambda i: f"{common.example_title(by_id[i])}  ·  {by_id[i].get('category', '')}")
+        entry = by_id[chosen]
         traces = common.load_example(entry)
         lanes = {lane: tr.steps for lane, tr in traces.items() if tr.steps}
         configs = {lane: tr.config for lane, tr in traces.items()}
@@ -55,8 +53,7 @@ else:
     prompt = st.text_area(t("race_prompt"), key="race_prompt", height=90)
     c1, c2, c3, c4 = st.columns(4)
     max_new = c1.slider(t("max_new_tokens"), 8, 128, 64, 8, key="race_max_new")
-    drafter = c2.selectbox(t("drafter"), common.RACE_DRAFTERS, key="race_drafter",
-                           format_func=common.labels(common.RACE_DRAFTERS, common.drafter_label))
+    drafter = common.selectbox(c2, t("drafter"), common.RACE_DRAFTERS, "race_drafter", common.drafter_label)
     k = c3.slider("k", 1, 8, 4, key="race_k", help=t("k_help"))
     window = c4.slider(t("window"), 4, 32, 16, 4, key="race_window", help=t("window_help"))
     empty = common.prompt_hint(prompt)
