@@ -51,9 +51,8 @@ bench-full: setup
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:sim --k 4 --temperature 0,0.7,1.0 --seed 0 --out benchmarks/sweep-temperature-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:early-exit --k 8 --dynamic-k 0.5 --out benchmarks/dynamic-k-cpu.json
 	$(BENCH) profile --out benchmarks/cost-cpu.json
-	$(BENCH) report benchmarks/results-suite-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report.html
-	$(BENCH) report benchmarks/sweep-k-cpu.json --out benchmarks/report-sweep-k.html
-	$(BENCH) report benchmarks/sweep-temperature-cpu.json --out benchmarks/report-sweep-temperature.html
+	$(BENCH) report benchmarks/results-suite-cpu.json benchmarks/sweep-k-cpu.json benchmarks/sweep-temperature-cpu.json \
+		benchmarks/dynamic-k-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report.html
 
 lab: setup
 	$(PY) -m jupyter lab notebooks

@@ -173,12 +173,15 @@ def label_for(mode: str, k: int, t: float, sweep: bool) -> str:
 
 
 def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
-    """speedup_vs_ar = geometric mean over prompts of ar_wall / mode_wall at the same temperature
-    (walls are medians over repeats); tau and alpha pooled; identity counted for greedy runs."""
+    """speedup_vs_ar = geometric mean over prompts of ar_wall / mode_wall at the same k and temperature
+    (walls are medians over repeats), each wall taken per generated token: greedy outputs are identical,
+    so this is exactly the wall ratio; sampled outputs may differ in length, and a per-token ratio keeps
+    an early EOS from counting as a speedup. tau and alpha pooled; identity counted for greedy runs."""
     walls: dict[tuple, list[float]] = defaultdict(list)
     for r in results:
-        walls[(r["mode"], r["k"], r["temperature"], r["prompt_id"])].append(r["wall_s"])
-    ar_wall = {(t, p): statistics.median(w) for (m, k, t, p), w in walls.items() if m == "ar"}
+        walls[(r["mode"], r["k"], r["temperature"], r["prompt_id"])].append(r["wall_s"] / max(1, r["new_tokens"]))
+    # Each sweep point is compared with the ar runs interleaved with it (same k, temperature and prompt).
+    ar_wall = {(k, t, p): statistics.median(w) for (m, k, t, p), w in walls.items() if m == "ar"}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in results:
         groups[(r["mode"], r["k"], r["temperature"])].append(r)
@@ -187,7 +190,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
         label = label_for(mode, k, t, sweep)
         per_prompt = {}
         for r in rows:
-            per_prompt[r["prompt_id"]] = (r["category"], ar_wall[(t, r["prompt_id"])] / statistics.median(walls[(mode, k, t, r["prompt_id"])]))
+            per_prompt[r["prompt_id"]] = (r["category"], ar_wall[(k, t, r["prompt_id"])] / statistics.median(walls[(mode, k, t, r["prompt_id"])]))
         ratios = [v for _, v in per_prompt.values()]
         taus = [r["mean_accepted_length"] for r in rows if r["mean_accepted_length"] is not None]
         rates = [r["acceptance_rate"] for r in rows if r["acceptance_rate"] is not None]
@@ -203,7 +206,8 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
             "identical_to_ar": f"{sum(bool(r.get('identical_to_ar')) for r in greedy)}/{len(greedy)}" if greedy else None,
             "tokens_per_s": sum(r["new_tokens"] for r in rows) / sum(r["wall_s"] for r in rows),
             "ttft_s": statistics.median(ttfts) if ttfts else None,
-            # P(position i accepted | a draft reached position i), pooled over prompts
+            # position i: P(the first i drafts were all accepted | the step drafted at least i), as in
+            # metrics.accepted_per_pos; i.i.d. theory: alpha^i (theory.prob_all_accepted). Pooled over prompts.
             "acceptance_per_pos": [a / o if o else None for a, o in zip(taken, offered)] if offered and any(offered) else None,
             "accepted_length_hist": [sum(col) for col in zip(*(r["accepted_length_hist"] for r in ours))] if ours else None,
             "kv_cache_bytes": max((r["kv_cache_bytes"] for r in ours), default=None),

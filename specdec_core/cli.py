@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", type=Path, help="write the cost model as JSON")
 
     rp = sub.add_parser("report", help="write an offline HTML report + Markdown summary from bench results")
-    rp.add_argument("results", type=Path)
+    rp.add_argument("results", type=Path, nargs="+", help="one or more bench results JSON files")
     rp.add_argument("--out", type=Path, default=Path("report.html"))
     rp.add_argument("--cost", type=Path, help="a cost model JSON from `profile --out`")
 

@@ -40,11 +40,12 @@ def markdown_summary(results: dict) -> str:
             lines.append(f"| {category} | " + " | ".join(
                 f"{row[l]['mean_accepted_length']:.2f}" if row.get(l, {}).get("mean_accepted_length") is not None else "–"
                 for l in spec_labels) + " |")
-    lines += ["", "| mode | tokens/s | median TTFT | KV cache | drafter memory | acceptance per draft position |",
+    lines += ["", "| mode | tokens/s | median TTFT | peak KV cache | drafter memory | P(drafts 1..i all accepted), i = 1, 2, … |",
               "|---|---|---|---|---|---|"]
     for label, s in results["summary"].items():
         per_pos = s.get("acceptance_per_pos")
-        lines.append(f"| {label} | {s.get('tokens_per_s', 0):.1f} | {_ms(s.get('ttft_s'))} | {_mb(s.get('kv_cache_bytes'))} | "
+        tps = s.get("tokens_per_s")
+        lines.append(f"| {label} | {'–' if tps is None else f'{tps:.1f}'} | {_ms(s.get('ttft_s'))} | {_mb(s.get('kv_cache_bytes'))} | "
                      f"{_mb(s.get('drafter_bytes'))} | {' '.join('–' if p is None else f'{p:.2f}' for p in per_pos) if per_pos else '–'} |")
     rss = max((r.get("peak_rss_bytes") or 0 for r in results["results"]), default=0)
     if rss:
@@ -88,14 +89,14 @@ def _figures(results: dict, cost: dict | None) -> list:
     fig.update_layout(title="Measured τ vs (1−α^(k+1))/(1−α)", xaxis_title="α (acceptance rate)", yaxis_title="τ")
     figures.append(fig)
 
-    # Per-position acceptance: P(draft i accepted | the step reached draft i), measured vs alpha^... theory.
+    # Per-position acceptance: P(the first i drafts all accepted | the step drafted >= i); i.i.d. theory alpha^i.
     fig = go.Figure()
     for label, s in results["summary"].items():
         per_pos = s.get("acceptance_per_pos")
         if per_pos:
             fig.add_scatter(x=list(range(1, len(per_pos) + 1)), y=per_pos, mode="lines+markers", name=label)
     if fig.data:
-        fig.update_layout(title="Acceptance per draft position (given the step reached it)", xaxis_title="draft position",
+        fig.update_layout(title="Per-position acceptance: P(drafts 1..i all accepted)", xaxis_title="draft position i",
                           yaxis_title="P(accepted)", yaxis_range=[0, 1])
         figures.append(fig)
 
@@ -126,14 +127,23 @@ def _figures(results: dict, cost: dict | None) -> list:
     return figures
 
 
-def write_report(results_path: Path, out: Path, cost_path: Path | None = None) -> None:
+def write_report(results_paths: list[Path], out: Path, cost_path: Path | None = None) -> None:
+    """One page for one or more bench runs (e.g. the suite and a k sweep); the cost model once, at the end."""
     import plotly.io as pio
 
-    results = _load(results_path)
     cost = _load(cost_path) if cost_path else None
-    summary = markdown_summary(results)
-    parts = [pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(_figures(results, cost))]
+    sections, summaries, first = [], [], True
+    for index, path in enumerate(results_paths):
+        results = _load(path)
+        summary = f"## {Path(path).name}\n\n" + markdown_summary(results)
+        figures = _figures(results, cost if index == len(results_paths) - 1 else None)
+        charts = []
+        for fig in figures:
+            charts.append(pio.to_html(fig, full_html=False, include_plotlyjs=first))
+            first = False
+        sections.append("<pre>" + html.escape(summary) + "</pre>" + "".join(charts))
+        summaries.append(summary)
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>specdec-lab benchmark report</title></head><body>"
-            "<h1>specdec-lab benchmark report</h1><pre>" + html.escape(summary) + "</pre>" + "".join(parts) + "</body></html>")
+            "<h1>specdec-lab benchmark report</h1>" + "".join(sections) + "</body></html>")
     out.write_text(page, encoding="utf-8")
-    out.with_suffix(".md").write_text(summary, encoding="utf-8")
+    out.with_suffix(".md").write_text("\n".join(summaries), encoding="utf-8")
