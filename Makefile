@@ -51,11 +51,13 @@ bench: setup
 
 bench-full: setup
 	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,spec:ngram-fixed,spec:early-exit,hf:ar,hf:pld,hf:assisted --k 4 --out benchmarks/results-suite-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,hf:ar,hf:pld --k 8 --out benchmarks/results-suite-k8-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:ngram-fixed,spec:sim --k 1,2,4,8 --out benchmarks/sweep-k-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:sim --k 4 --temperature 0,0.7,1.0 --seed 0 --out benchmarks/sweep-temperature-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:early-exit --k 8 --dynamic-k 0.5 --out benchmarks/dynamic-k-cpu.json
 	$(BENCH) profile --out benchmarks/cost-cpu.json
-	$(BENCH) report benchmarks/results-suite-cpu.json benchmarks/sweep-k-cpu.json benchmarks/sweep-temperature-cpu.json \
+	$(BENCH) report benchmarks/results-suite-cpu.json benchmarks/results-suite-k8-cpu.json benchmarks/sweep-k-cpu.json \
+		benchmarks/sweep-temperature-cpu.json \
 		benchmarks/dynamic-k-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report.html
 
 lab: setup

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -125,6 +126,7 @@ def measure_bandwidth_gb_s(device: torch.device, megabytes: int = 256, repeats: 
 
 
 _VERIFY_RATIOS: dict[tuple, dict[int, float]] = {}
+_VERIFY_RATIOS_LOCK = threading.Lock()  # app sessions share a process: measure once, not once per session
 
 
 def verify_ratios(lm: LoadedModel, k_max: int = 16) -> dict[int, float]:
@@ -132,16 +134,21 @@ def verify_ratios(lm: LoadedModel, k_max: int = 16) -> dict[int, float]:
     machine. Measured once per process and model (~2 s), interpolated between measured sizes, and made
     non-decreasing (a longer forward never costs less; dips are noise)."""
     key = (lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads())
-    if key not in _VERIFY_RATIOS:
-        sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17)
-        cm = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
-                       forward_s=measure_forward_times(lm, sizes, repeats=3))
-        ratios, floor = {}, 1.0
-        for d in range(0, 17):
-            floor = max(floor, cm.verify_ratio(d))
-            ratios[d] = floor
-        _VERIFY_RATIOS[key] = ratios
+    with _VERIFY_RATIOS_LOCK:
+        if key not in _VERIFY_RATIOS:
+            _VERIFY_RATIOS[key] = _measure_verify_ratios(lm)
     return {d: r for d, r in _VERIFY_RATIOS[key].items() if d <= k_max}
+
+
+def _measure_verify_ratios(lm: LoadedModel) -> dict[int, float]:
+    sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17)
+    cm = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
+                   forward_s=measure_forward_times(lm, sizes, repeats=3))
+    ratios, floor = {}, 1.0
+    for d in range(0, 17):
+        floor = max(floor, cm.verify_ratio(d))
+        ratios[d] = floor
+    return ratios
 
 
 def measure_cost_model(lm: LoadedModel, tokens=(1, 2, 3, 4, 6, 8, 12, 16), batch_sizes=(1,), repeats: int = 5,
