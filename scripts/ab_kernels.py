@@ -1,6 +1,6 @@
 """A/B of the small-matmul kernel choice (specdec_core/kernels.py) on this machine, interleaved.
 
-For n new tokens on a 64-token context: the median forward time with nn.Linear's own kernel (x @ W.T)
+For n new tokens on a 64-token context (costmodel.measure_forward_times): the median forward time with nn.Linear's own kernel (x @ W.T)
 and with the weight-left form (W @ x.T), then greedy AR tokens/s on one prompt with each.
 Usage: .venv/bin/python scripts/ab_kernels.py [--repeats 7]
 """
@@ -9,15 +9,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import specdec_core as sd  # noqa: E402
+from specdec_core.costmodel import measure_forward_times  # noqa: E402
 from specdec_core.kernels import use_fast_small_matmuls  # noqa: E402
-from transformers import DynamicCache  # noqa: E402  (after specdec_core, which forces offline mode)
 
 
 def use_plain(model: torch.nn.Module) -> None:
@@ -32,25 +31,16 @@ def main() -> None:
     args = parser.parse_args()
     lm = sd.load_model("smollm2-135m", device="cpu")
     variants = {"nn.Linear (x @ W.T)": use_plain, "weight-left (W @ x.T)": use_fast_small_matmuls}
-    context = torch.randint(100, 10000, (1, 64), generator=torch.Generator().manual_seed(0))
-    cache = DynamicCache(config=lm.model.config)
-    with torch.inference_mode():
-        lm.model(input_ids=context, cache=cache, use_cache=True)
     sizes = (1, 2, 3, 4, 5, 6, 8)
-    times = {(v, n): [] for v in variants for n in sizes}
-    for _ in range(args.repeats + 1):
-        for n in sizes:
-            for name, apply in variants.items():
-                apply(lm.model)
-                ids = torch.randint(100, 10000, (1, n))
-                start = time.perf_counter()
-                with torch.inference_mode():
-                    lm.model(input_ids=ids, cache=cache, use_cache=True)
-                times[(name, n)].append(time.perf_counter() - start)
-                cache.crop(-n)
+    times: dict[tuple[str, int], list[float]] = {(v, n): [] for v in variants for n in sizes}
+    for _ in range(args.repeats):  # alternate the variants, one measured round each (plus its warm-up)
+        for name, apply in variants.items():
+            apply(lm.model)
+            for row in measure_forward_times(lm, sizes, repeats=1):
+                times[(name, row["tokens"])].append(row["seconds"])
     print(f"{'tokens':>6}  " + "  ".join(f"{name:>24}" for name in variants) + "   (ms per forward, median)")
     for n in sizes:
-        print(f"{n:>6}  " + "  ".join(f"{1000 * statistics.median(times[(v, n)][1:]):>24.1f}" for v in variants))
+        print(f"{n:>6}  " + "  ".join(f"{1000 * statistics.median(times[(v, n)]):>24.1f}" for v in variants))
     config = sd.GenerationConfig(mode="ar", max_new_tokens=64)
     prompt = "Write a short story about a robot who learns to paint."
     rates = {name: [] for name in variants}

@@ -7,6 +7,7 @@ early-exit draft as the assistant, same k, constant schedule).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import platform
@@ -114,9 +115,9 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
     token_ids: list[int] = []
     wall = ttft = 0.0
     forwards = drafted = accepted = decode_tokens = 0
-    # Per draft position i (0-based): steps that drafted > i tokens, and of those, steps that accepted > i.
-    offered_at, accepted_at = [0] * config.k, [0] * config.k
-    lengths = [0] * (config.k + 1)  # accepted-length histogram over drafting steps
+    offered_at: list[int] = []  # per draft position, pooled over turns (see metrics.accepted_per_pos)
+    accepted_at: list[int] = []
+    lengths: list[int] = []  # accepted-length histogram over drafting steps
     kv_bytes = drafter_bytes = 0
     for turn_index, turn in enumerate(case.turns):
         messages.append({"role": "user", "content": turn})
@@ -136,12 +137,9 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             if turn_index == 0:
                 ttft = m["ttft_s"]
             kv_bytes, drafter_bytes = max(kv_bytes, m["kv_cache_bytes"]), max(drafter_bytes, m["drafter_bytes"])
-            for step in result.trace.steps:
-                if step.kind != "prefill" and step.drafted:
-                    lengths[step.accepted] += 1
-                    for i in range(len(step.drafted)):
-                        offered_at[i] += 1
-                        accepted_at[i] += step.accepted > i
+            offered_at = _add(offered_at, m["offered_per_pos_count"])
+            accepted_at = _add(accepted_at, m["accepted_per_pos_count"])
+            lengths = _add(lengths, m["accepted_length_hist"])
         token_ids += ids
         messages.append({"role": "assistant", "content": lm.decode(ids)})
     hf_mode = mode.startswith("hf:")
@@ -155,6 +153,11 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             "accepted_length_hist": None if hf_mode else lengths,
             "kv_cache_bytes": None if hf_mode else kv_bytes, "drafter_bytes": None if hf_mode else drafter_bytes,
             "peak_rss_bytes": peak_rss_bytes()}
+
+
+def _add(total: list[int], counts: list[int]) -> list[int]:
+    """Element-wise sum of two count lists (the first may still be empty)."""
+    return [a + b for a, b in zip(total, counts)] if total else list(counts)
 
 
 def near_tie_margin(lm: LoadedModel, case: PromptCase, reference: list[int], position: int) -> float | None:
@@ -196,8 +199,8 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
         rates = [r["acceptance_rate"] for r in rows if r["acceptance_rate"] is not None]
         greedy = [r for r in rows if r["temperature"] == 0]
         ours = [r for r in rows if r.get("offered_per_pos") is not None]
-        offered = [sum(col) for col in zip(*(r["offered_per_pos"] for r in ours))] if ours else []
-        taken = [sum(col) for col in zip(*(r["accepted_per_pos"] for r in ours))] if ours else []
+        offered = functools.reduce(_add, (r["offered_per_pos"] for r in ours), [])
+        taken = functools.reduce(_add, (r["accepted_per_pos"] for r in ours), [])
         ttfts = [r["ttft_s"] for r in rows if r.get("ttft_s") is not None]
         summary[label] = {
             "speedup_vs_ar": _geomean(ratios),
@@ -209,7 +212,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
             # position i: P(the first i drafts were all accepted | the step drafted at least i), as in
             # metrics.accepted_per_pos; i.i.d. theory: alpha^i (theory.prob_all_accepted). Pooled over prompts.
             "acceptance_per_pos": [a / o if o else None for a, o in zip(taken, offered)] if offered and any(offered) else None,
-            "accepted_length_hist": [sum(col) for col in zip(*(r["accepted_length_hist"] for r in ours))] if ours else None,
+            "accepted_length_hist": functools.reduce(_add, (r["accepted_length_hist"] for r in ours), []) or None,
             "kv_cache_bytes": max((r["kv_cache_bytes"] for r in ours), default=None),
             "drafter_bytes": max((r["drafter_bytes"] for r in ours), default=None),
         }

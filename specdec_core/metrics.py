@@ -28,10 +28,9 @@ def compute_metrics(trace: Trace) -> dict:
     num_draft_tokens = sum(len(s.drafted) for s in drafting)
     num_accepted = sum(s.accepted for s in drafting)
     # Per position i (1-based): of the steps that drafted at least i tokens, how many accepted >= i.
-    per_pos = []
-    for i in range(1, k + 1):
-        offered = [s for s in drafting if len(s.drafted) >= i]
-        per_pos.append(sum(s.accepted >= i for s in offered) / len(offered) if offered else 0.0)
+    offered = [sum(len(s.drafted) >= i for s in drafting) for i in range(1, k + 1)]
+    accepted_at = [sum(len(s.drafted) >= i and s.accepted >= i for s in drafting) for i in range(1, k + 1)]
+    per_pos = [a / o if o else 0.0 for a, o in zip(accepted_at, offered)]
     hist = [0] * (k + 1)
     for s in drafting:
         hist[s.accepted] += 1
@@ -50,6 +49,8 @@ def compute_metrics(trace: Trace) -> dict:
         "draft_acceptance_rate": num_accepted / num_draft_tokens if num_draft_tokens else 0.0,
         "mean_acceptance_length": decode_tokens / forwards if forwards else 0.0,
         "accepted_per_pos": per_pos,
+        "offered_per_pos_count": offered,  # the counts behind accepted_per_pos, for pooling over runs
+        "accepted_per_pos_count": accepted_at,
         "accepted_length_hist": hist,
         "ttft_s": trace.timing.get("ttft_s", prefill_s),
         "prefill_s": prefill_s,
