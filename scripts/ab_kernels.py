@@ -1,7 +1,8 @@
 """A/B of the small-matmul kernel choice (specdec_core/kernels.py) on this machine, interleaved.
 
-For n new tokens on a 64-token context (costmodel.measure_forward_times): the median forward time with nn.Linear's own kernel (x @ W.T)
-and with the weight-left form (W @ x.T), then greedy AR tokens/s on one prompt with each.
+For n new tokens on a 64-token context (costmodel.measure_forward_times): the median forward time with
+nn.Linear's own kernel (x @ W.T), with the weight-left form (W @ x.T) for <= 2 rows only, and with
+weight-left plus oneDNN packed weights for >= 3 rows (the default); then greedy AR tokens/s with each.
 Usage: .venv/bin/python scripts/ab_kernels.py [--repeats 7]
 """
 from __future__ import annotations
@@ -30,8 +31,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     lm = sd.load_model("smollm2-135m", device="cpu")
-    variants = {"nn.Linear (x @ W.T)": use_plain, "weight-left (W @ x.T)": use_fast_small_matmuls}
-    sizes = (1, 2, 3, 4, 5, 6, 8)
+    variants = {"nn.Linear (x @ W.T)": use_plain,
+                "weight-left (W @ x.T)": lambda model: use_fast_small_matmuls(model, packed=False),
+                "+ packed (oneDNN)": use_fast_small_matmuls}
+    sizes = (1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 64)
     times: dict[tuple[str, int], list[float]] = {(v, n): [] for v in variants for n in sizes}
     for _ in range(args.repeats):  # alternate the variants, one measured round each (plus its warm-up)
         for name, apply in variants.items():

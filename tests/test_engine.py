@@ -212,10 +212,13 @@ def test_verify_ratios_are_measured_and_non_decreasing(tiny):
 
 
 def test_fast_small_matmuls_match_nn_linear():
-    """kernels.weight_left_linear computes what nn.Linear does, for every row count it handles."""
-    from specdec_core.kernels import weight_left_linear
+    """kernels.small_batch_linear computes what nn.Linear does, for every row count and each kernel it picks."""
+    from specdec_core.kernels import pack_weight, small_batch_linear
 
     layer = torch.nn.Linear(64, 48, bias=True)
-    for rows in (1, 2, 3, 5, 8, 9):
-        x = torch.randn(1, rows, 64)
-        assert torch.allclose(weight_left_linear(layer, x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
+    for packed in (pack_weight(layer.weight), None):  # oneDNN for >= 3 rows, or nn.Linear's kernel without it
+        layer.packed_weight = packed
+        for rows in (1, 2, 3, 5, 8, 9, 17, 70):
+            x = torch.randn(1, rows, 64)
+            assert torch.allclose(small_batch_linear(layer, x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
+    assert pack_weight(layer.weight) is not None  # this CPU build has oneDNN: the packed path is the one tested
