@@ -41,24 +41,26 @@ app: setup
 	$(PY) -m specdec_core prepare
 	$(PY) -m streamlit run app/streamlit_app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true
 
-# The default benchmark (<= 20 min on a 2-core CPU): suite x {ar, spec:ngram, hf:ar, hf:pld}, k = 4,
-# then the cost model and the report. `make bench-full` adds every drafter, hf:assisted and the sweeps.
+# The default benchmark (<= 20 min on a 2-core CPU): suite x {ar, spec:ngram, hf:ar, hf:pld} at k = 4,
+# ar vs spec:ngram at the best k of the sweep (16, BENCHMARKS.md section 2), then the cost model and
+# the report. `make bench-full` adds every drafter, hf:assisted and the sweeps.
 BENCH := $(PY) -m specdec_core
 bench: setup
 	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,hf:ar,hf:pld --k 4 --out benchmarks/results-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram --k 16 --out benchmarks/results-best-k-cpu.json
 	$(BENCH) profile --out benchmarks/cost-cpu.json
-	$(BENCH) report benchmarks/results-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report-cpu.html
+	$(BENCH) report benchmarks/results-cpu.json benchmarks/results-best-k-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report-cpu.html
 
 bench-full: setup
 	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,spec:ngram-fixed,spec:early-exit,hf:ar,hf:pld,hf:assisted --k 4 --out benchmarks/results-suite-cpu.json
-	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,hf:ar,hf:pld --k 8 --out benchmarks/results-suite-k8-cpu.json
-	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:ngram-fixed,spec:sim --k 1,2,4,8 --out benchmarks/sweep-k-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,hf:ar,hf:pld --k 8,16 --out benchmarks/results-suite-k8-16-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:ngram-fixed,spec:sim --k 1,2,4,8,16 --out benchmarks/sweep-k-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:sim --k 4 --temperature 0,0.7,1.0 --seed 0 --out benchmarks/sweep-temperature-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:early-exit --k 8 --dynamic-k 0.5 --out benchmarks/dynamic-k-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,hf:ar --k 4 --repeats 3 --out benchmarks/parity-ar-cpu.json
 	$(BENCH) profile --out benchmarks/cost-cpu.json
-	$(BENCH) report benchmarks/results-suite-cpu.json benchmarks/results-suite-k8-cpu.json benchmarks/sweep-k-cpu.json \
-		benchmarks/sweep-temperature-cpu.json \
-		benchmarks/dynamic-k-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report.html
+	$(BENCH) report benchmarks/results-suite-cpu.json benchmarks/results-suite-k8-16-cpu.json benchmarks/sweep-k-cpu.json \
+		benchmarks/sweep-temperature-cpu.json benchmarks/dynamic-k-cpu.json benchmarks/parity-ar-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report.html
 
 lab: setup
 	$(PY) -m jupyter lab notebooks
