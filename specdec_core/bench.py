@@ -12,6 +12,7 @@ import json
 import math
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from .costmodel import measured_verify_ratios
 from .errors import SpecDecError
 from .decode import MODES, GenerationConfig, generate
 from .drafters import DRAFTERS, early_exit_model
@@ -239,11 +241,23 @@ def environment(lm: LoadedModel) -> dict:
     except OSError:
         pass
     import transformers
-    return {"model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""),
+    return {"model": lm.name, "commit": git_commit(), "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""),
             "cpu": cpu, "threads": torch.get_num_threads(), "python": sys.version.split()[0],
             "torch": torch.__version__, "transformers": transformers.__version__,
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            # d drafts -> verify cost / plain step, as measured at start-up by the cost-aware drafters
+            "verify_ratios": measured_verify_ratios(lm)}
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (with "-dirty" for uncommitted changes), so every result file names its code."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def run_bench(args) -> dict:

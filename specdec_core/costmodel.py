@@ -133,11 +133,20 @@ def verify_ratios(lm: LoadedModel, k_max: int = 16) -> dict[int, float]:
     """d -> cost of verifying d drafts (d+1 tokens) over a plain 1-token step, d = 0..k_max, on this
     machine. Measured once per process and model (~2 s), interpolated between measured sizes, and made
     non-decreasing (a longer forward never costs less; dips are noise)."""
-    key = (lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads())
+    key = _ratios_key(lm)
     with _VERIFY_RATIOS_LOCK:
         if key not in _VERIFY_RATIOS:
             _VERIFY_RATIOS[key] = _measure_verify_ratios(lm)
     return {d: r for d, r in _VERIFY_RATIOS[key].items() if d <= k_max}
+
+
+def measured_verify_ratios(lm: LoadedModel) -> dict[int, float] | None:
+    """The ratios this process measured for `lm` (what the cost-aware drafters used), or None."""
+    return _VERIFY_RATIOS.get(_ratios_key(lm))
+
+
+def _ratios_key(lm: LoadedModel) -> tuple:
+    return (lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads())
 
 
 def _measure_verify_ratios(lm: LoadedModel) -> dict[int, float]:

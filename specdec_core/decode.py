@@ -175,10 +175,11 @@ def speculative_step(target: Target, state: DecodeState, config: GenerationConfi
         state.target_forwards += 1
         logits = process_logits(out.logits, context, drafted, params)  # (n+1, V)
         p = logits_to_probs(logits, params)  # (n+1, V): sampling p, or the display softmax when greedy
+        choices = torch.argmax(logits, dim=-1).tolist()  # the target's own pick per row (= argmax of p)
         q = draft.q[: len(drafted)] if draft is not None and draft.q is not None else None
         residual = None
         if params.greedy:
-            (accepted, next_token), accept_probs = verify_greedy(drafted, logits), []
+            (accepted, next_token), accept_probs = verify_greedy(drafted, choices), []
         else:
             verdict = verify_sampled(drafted, q, p, state.generator)
             accepted, next_token, accept_probs, residual = verdict.accepted, verdict.next_token, verdict.accept_probs, verdict.residual
@@ -189,14 +190,13 @@ def speculative_step(target: Target, state: DecodeState, config: GenerationConfi
     if state.drafter:
         state.drafter.observe(accepted, appended, out.hidden)
 
-    argmax = torch.argmax(p, dim=-1).tolist()
     extra_kind = None if not drafted else ("bonus" if accepted == len(drafted) else "correction")
     q_of_draft = [1.0] * len(drafted) if q is None else [float(q[i, t]) for i, t in enumerate(drafted)]
     return StepEvent(
         index=index, mode=config.mode, kind="decode",
         emitted=piecer.tokens(context, appended, [float(p[i, t]) for i, t in enumerate(appended)]),
         drafted=piecer.tokens(context, drafted, q_of_draft),
-        target=piecer.tokens(context, argmax, [float(p[i, t]) for i, t in enumerate(argmax)]),
+        target=piecer.tokens(context, choices, [float(p[i, t]) for i, t in enumerate(choices)]),
         p_of_draft=[float(p[i, t]) for i, t in enumerate(drafted)],
         accept_probs=accept_probs, accepted=accepted,
         extra=piecer.tokens(context + drafted[:accepted], [next_token], [float(p[accepted, next_token])])[0] if drafted else None,

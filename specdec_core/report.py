@@ -20,7 +20,8 @@ def _load(path: Path) -> dict:
 def markdown_summary(results: dict) -> str:
     env = results["environment"]
     lines = [f"Environment: {env.get('cpu')} · {env.get('threads')} threads · {env.get('device')} {env.get('dtype')} · "
-             f"torch {env.get('torch')} · transformers {env.get('transformers')} · {env.get('date')}", "",
+             f"torch {env.get('torch')} · transformers {env.get('transformers')} · {env.get('date')}"
+             + (f" · commit {env['commit']}" if env.get("commit") else ""), "",
              "| mode | speedup vs ar | τ (mean accepted length) | α (acceptance) | identical to ar |",
              "|---|---|---|---|---|"]
     for label, s in results["summary"].items():

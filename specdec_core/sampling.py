@@ -100,13 +100,13 @@ def choose(logits_row: torch.Tensor, params: SamplingParams, generator: torch.Ge
 # --- verification -------------------------------------------------------------------------------
 
 
-def verify_greedy(draft: list[int], logits: torch.Tensor) -> tuple[int, int]:
+def verify_greedy(draft: list[int], choices: list[int]) -> tuple[int, int]:
     """Greedy verification: accept drafts while each equals the target's argmax, then append the
     target's own argmax at the first disagreement (correction) or after the last draft (bonus).
 
-    logits: (k+1, V), row i conditioned on the context plus draft[:i]. Returns (accepted, next_token).
+    choices: the target's argmax of each of the k+1 verified rows, row i conditioned on the context
+    plus draft[:i]. Returns (accepted, next_token).
     """
-    choices = torch.argmax(logits, dim=-1).tolist()
     accepted = 0
     while accepted < len(draft) and draft[accepted] == choices[accepted]:
         accepted += 1

@@ -43,15 +43,18 @@ def test_bench_output_schema(capsys, tmp_path):
     prompts.write_text('{"id": "a", "category": "copy", "prompt": "Repeat: a b c a b c"}\n'
                        '{"id": "b", "category": "multi_turn", "turns": ["Hi", "Tell me more"]}\n')
     out = tmp_path / "r.json"
-    code, _, err = run_main(capsys, "bench", "--model", "tiny", "--prompts", str(prompts), "--modes", "ar,spec:sim,hf:ar",
+    code, _, err = run_main(capsys, "bench", "--model", "tiny", "--prompts", str(prompts), "--modes", "ar,spec:sim,spec:ngram,hf:ar",
                             "--max-new-tokens", "6", "--out", str(out))
     assert code == 0, err
     report = json.loads(out.read_text())
     assert set(report) >= {"environment", "results", "summary", "by_category"}
+    env = report["environment"]
+    assert env["commit"] and env["threads"] >= 1  # every result file names the code and machine that made it
+    assert env["verify_ratios"]["0"] == 1.0 and env["verify_ratios"]["4"] >= 1.0  # what spec:ngram's cost rule used
     row = report["results"][0]
     assert set(row) >= {"prompt_id", "category", "mode", "k", "temperature", "repeat", "token_ids", "text", "new_tokens",
                         "wall_s", "ttft_s", "target_forwards", "mean_accepted_length", "acceptance_rate", "identical_to_ar"}
-    assert set(report["summary"]) == {"ar", "spec:sim", "hf:ar"}
+    assert set(report["summary"]) == {"ar", "spec:sim", "spec:ngram", "hf:ar"}
     assert report["summary"]["spec:sim"]["identical_to_ar"] == "2/2"
     assert report["summary"]["ar"]["speedup_vs_ar"] == pytest.approx(1.0)
     assert set(report["by_category"]) == {"copy", "multi_turn"}
