@@ -121,6 +121,9 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
     accepted_at: list[int] = []
     lengths: list[int] = []  # accepted-length histogram over drafting steps
     kv_bytes = drafter_bytes = 0
+    on_gpu = lm.device.type == "cuda"
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats(lm.device)
     for turn_index, turn in enumerate(case.turns):
         messages.append({"role": "user", "content": turn})
         prompt_ids = lm.encode(messages)
@@ -154,7 +157,8 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             "offered_per_pos": None if hf_mode else offered_at, "accepted_per_pos": None if hf_mode else accepted_at,
             "accepted_length_hist": None if hf_mode else lengths,
             "kv_cache_bytes": None if hf_mode else kv_bytes, "drafter_bytes": None if hf_mode else drafter_bytes,
-            "peak_rss_bytes": peak_rss_bytes()}
+            "peak_rss_bytes": peak_rss_bytes(),
+            "peak_gpu_bytes": torch.cuda.max_memory_allocated(lm.device) if on_gpu else None}
 
 
 def _add(total: list[int], counts: list[int]) -> list[int]:
@@ -217,6 +221,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
             "accepted_length_hist": functools.reduce(_add, (r["accepted_length_hist"] for r in ours), []) or None,
             "kv_cache_bytes": max((r["kv_cache_bytes"] for r in ours), default=None),
             "drafter_bytes": max((r["drafter_bytes"] for r in ours), default=None),
+            "peak_gpu_bytes": max((r["peak_gpu_bytes"] for r in rows if r.get("peak_gpu_bytes")), default=None),
         }
         for category in sorted({c for c, _ in per_prompt.values()}):
             cat_rows = [r for r in rows if r["category"] == category]

@@ -51,6 +51,10 @@ def markdown_summary(results: dict) -> str:
     rss = max((r.get("peak_rss_bytes") or 0 for r in results["results"]), default=0)
     if rss:
         lines += ["", f"Peak resident memory of the whole bench process (all modes, model included): {rss / 2**20:.0f} MiB."]
+    gpu = {label: s["peak_gpu_bytes"] for label, s in results["summary"].items() if s.get("peak_gpu_bytes")}
+    if gpu:
+        lines += ["", "Peak GPU memory per mode (weights, KV cache, drafter and activations): "
+                  + " · ".join(f"{label} {_mb(nbytes)}" for label, nbytes in gpu.items()) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -86,8 +86,9 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One token from a distribution (V,)."""
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+    """One token from a distribution (V,), drawn on the CPU with the request's CPU generator, so a seed
+    gives the same draws whatever device computed `probs` (a CPU generator cannot drive CUDA kernels)."""
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator).item())
 
 
 def choose(logits_row: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:

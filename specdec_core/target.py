@@ -51,9 +51,14 @@ class Target:
     def forward(self, cache: DynamicCache, input_ids: list[int], hidden_layers: tuple[int, ...] = (),
                 last_only: bool = False) -> ForwardOutput:
         """Run `input_ids` on top of `cache` (which grows by len(input_ids))."""
+        past = cache.get_seq_length()
         ids = torch.tensor([input_ids], device=self.lm.device)  # (1, n)
-        out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0,
-                         output_hidden_states=bool(hidden_layers))
+        positions = torch.arange(past, past + len(input_ids), device=self.lm.device).unsqueeze(0)  # (1, n)
+        # Pass only what this forward needs: every extra keyword is handed down through all the layers'
+        # calls, which measurably slows a 1-token step (~0.5 %, the margin between us and generate()).
+        extra = {"output_hidden_states": True} if hidden_layers else {}
+        out = self.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True,
+                         logits_to_keep=1 if last_only else 0, **extra)
         hidden = {layer: out.hidden_states[layer][0] for layer in hidden_layers} if hidden_layers else {}
         return ForwardOutput(out.logits[0].float(), hidden)
 
