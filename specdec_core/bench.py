@@ -68,7 +68,7 @@ def load_prompts(path: Path) -> list[PromptCase]:
 
 
 def parse_modes(text: str) -> list[str]:
-    modes = [m.strip() for m in text.split(",") if m.strip()]
+    modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
     for mode in modes:
         base, _, drafter = mode.partition(":")
         ok = mode in HF_MODES or (base in MODES and base != "spec" and not drafter) or (base == "spec" and drafter in DRAFTERS)
@@ -283,34 +283,38 @@ def run_bench(args) -> dict:
         config_from_args(args, "spec", k, t).validate(lm, 1)
     sweep = len(sweeps) > 1
     hf = HFRunner(lm, args.early_exit_layers)
-    # Warm up kernels and the assistant once, so the first measured mode is not penalised.
-    warm = config_from_args(args, "ar", sweeps[0][0], 0.0)
-    run_case(lm, hf, "ar", cases[0], replace(warm, max_new_tokens=8))
+    # Warm up every mode once (kernels, the assistant model, drafters' cost measurements), so no mode's
+    # first measured run pays for it.
+    warm = replace(config_from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)
+    for mode in modes:
+        run_case(lm, hf, mode, cases[0], warm)
     results = []
     total = len(cases) * args.repeats * len(sweeps) * len(modes)
     with tqdm(total=total, desc="bench", unit="run") as bar:
-        for case in cases:
+        for case_index, case in enumerate(cases):
             for repeat in range(args.repeats):
                 for k, t in sweeps:
                     config = config_from_args(args, "ar", k, t)
-                    reference = None
-                    for mode in modes:  # interleaved: every mode of this prompt, then the next prompt
-                        row = run_case(lm, hf, mode, case, config)
+                    # Interleaved: every mode of this prompt, then the next prompt. The order rotates from
+                    # one round to the next, so no mode always runs first or always after the same other.
+                    shift = (case_index + repeat) % len(modes)
+                    rows = {}
+                    for mode in modes[shift:] + modes[:shift]:
+                        rows[mode] = run_case(lm, hf, mode, case, config)
+                        bar.update()
+                    for mode in modes:
+                        row = rows[mode]
                         row["repeat"] = repeat
-                        if mode == "ar":
-                            reference = row["token_ids"]
+                        row["identical_to_ar"] = None
                         if t == 0:
-                            same = row["token_ids"] == reference
-                            row["identical_to_ar"] = same
-                            if not same:
+                            reference = rows["ar"]["token_ids"]
+                            row["identical_to_ar"] = row["token_ids"] == reference
+                            if not row["identical_to_ar"]:
                                 pos = matching_prefix(row["token_ids"], reference)
                                 margin = near_tie_margin(lm, case, reference, pos)
                                 row["divergence"] = {"position": pos, "top2_margin": margin,
                                                      "near_tie": margin is not None and margin < NEAR_TIE}
-                        else:
-                            row["identical_to_ar"] = None
                         results.append(row)
-                        bar.update()
     summary, by_category = summarise(results, sweep)
     report = {"environment": environment(lm), "config": {"prompts": str(args.prompts), "modes": modes, "k": args.k,
               "temperature": args.temperature, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens},
