@@ -51,7 +51,8 @@ export PYTHONPATH="$STAGE/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" SPECDEC_CACHE="$
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>/dev/null || echo "no nvidia-smi"
     "$PY" -c "import sys, torch, transformers; print('python', sys.version.split()[0], '| torch', torch.__version__,
 '| transformers', transformers.__version__, '| cuda', torch.version.cuda, '| gpu', torch.cuda.is_available() and torch.cuda.get_device_name())"
-    nproc
+    echo "cpus $(nproc)"
+    grep '^commit ' "$STAGE/manifest"
 } | tee "$OUT/environment.txt"
 
 # 4. Measure. Each step has its own time limit, so one slow step cannot take the others' results with it.

@@ -52,6 +52,7 @@ mv .gpu/download/transformers-*.whl .gpu/download/gguf-*.whl "$last/"
         for f in "$part"/*; do echo "$(basename "$part") $(basename "$f") $(sha256sum "$f" | cut -d' ' -f1)"; done
     done
     echo "wheel $(basename "$model_wheel") $(sha256sum "$model_wheel" | cut -d' ' -f1)"
+    echo "commit $(git describe --always --dirty --abbrev=12)"  # the code these parts were packed for
 } > .gpu/manifest
 for part in .gpu/[0-9]*; do cp .gpu/manifest "$part/"; done
 rm -rf .gpu/download .gpu/manifest
