@@ -5,7 +5,7 @@
 # packs the wheels it lacks into .gpu/1, .gpu/2, ...; each device call carries one part and runs this
 # script, which stages the part in $STAGE and, once every part is there, installs the wheels and runs:
 #   1. the cost model in bf16: forward time over new tokens x batch size, draft steps, copy bandwidth;
-#   2. the suite (every 2nd prompt: all 10 categories) x every drafter and the hf:* peers at k = 4,
+#   2. the suite (every 3rd prompt: all 10 categories) x every drafter and the hf:* peers at k = 4,
 #      timed with CUDA synchronisation, greedy, 64 tokens, interleaved per prompt.
 # Results land in $OUT (the device tool brings them back); run `python -m specdec_core report` here.
 # Budget: <= 8 minutes on the H200. Rehearse on a CPU with SPECDEC_GPU_DEVICE=cpu SPECDEC_GPU_DTYPE=float32.
@@ -16,7 +16,7 @@ STAGE=${SPECDEC_GPU_STAGE:-/tmp/specdec-gpu}
 OUT=${OUT:-test-output/gpu}
 DEVICE=${SPECDEC_GPU_DEVICE:-cuda}
 DTYPE=${SPECDEC_GPU_DTYPE:-bfloat16}
-STRIDE=${SPECDEC_GPU_STRIDE:-2}  # every STRIDE-th suite prompt
+STRIDE=${SPECDEC_GPU_STRIDE:-3}  # every STRIDE-th suite prompt (22 of 64, every category)
 MODES=${SPECDEC_GPU_MODES:-ar,spec:ngram,spec:ngram-fixed,spec:early-exit,spec:sim,hf:ar,hf:pld,hf:assisted}
 mkdir -p "$STAGE" "$OUT"
 
@@ -28,9 +28,13 @@ if [ ! -f "$STAGE/manifest" ]; then
     echo "no part staged: run scripts/gpu_pack.sh here and carry .gpu/1 (then .gpu/2, ...)" >&2
     exit 2
 fi
-missing=$(cd "$STAGE" && awk '$1 ~ /^[0-9]+$/ {print $3 "  " $2}' manifest | sha256sum --check --quiet 2>/dev/null \
-    | sed -n 's/: FAILED.*//p' | while read -r f; do awk -v f="$f" '$2 == f {print ".gpu/" $1}' manifest; done | sort -u | tr '\n' ' ') || true
-if [ -n "$missing" ]; then
+missing=()
+while read -r part file sum; do  # manifest lines: part, file, sha256 (and two others, skipped)
+    [[ $part =~ ^[0-9]+$ ]] || continue
+    echo "$sum  $STAGE/$file" | sha256sum --check --status 2>/dev/null || missing+=(".gpu/$part")
+done < "$STAGE/manifest"
+missing=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+if [ -n "${missing// /}" ]; then
     echo "still to carry (one part per call): $missing"
     echo "(call again within ~30 s, while this machine is warm: a fresh machine starts with nothing staged)"
     exit 0
@@ -59,9 +63,9 @@ export PYTHONPATH="$STAGE/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" SPECDEC_CACHE="$
 B="$PY -m specdec_core"
 prompts="$STAGE/suite-every-$STRIDE.jsonl"
 awk -v s="$STRIDE" '(NR - 1) % s == 0' specdec_core/prompts/suite.jsonl > "$prompts"
-timeout 120 $B prepare
-timeout 90 $B profile --device "$DEVICE" --dtype "$DTYPE" --batch 1,2,4,8,16 --out "$OUT/cost-gpu.json" \
+timeout 90 $B prepare
+timeout 120 $B profile --device "$DEVICE" --dtype "$DTYPE" --batch 1,2,4,8,16 --out "$OUT/cost-gpu.json" \
     | tee "$OUT/cost-gpu.txt" || echo "profile did not finish"
-timeout 330 $B bench --device "$DEVICE" --dtype "$DTYPE" --prompts "$prompts" --modes "$MODES" --k 4 \
+timeout 270 $B bench --device "$DEVICE" --dtype "$DTYPE" --prompts "$prompts" --modes "$MODES" --k 4 \
     --out "$OUT/results-suite-gpu.json" | tee "$OUT/results-suite-gpu.txt" || echo "bench did not finish"
 ls -l "$OUT"
