@@ -27,7 +27,7 @@ from .decode import MODES, GenerationConfig, generate
 from .drafters import DRAFTERS, early_exit_model
 from .metrics import matching_prefix, peak_rss_bytes
 from .models import LoadedModel, load_model
-from .target import synchronize
+from .target import Target, synchronize
 
 HF_MODES = ("hf:ar", "hf:pld", "hf:assisted")
 NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is float noise, not a bug
@@ -171,8 +171,8 @@ def near_tie_margin(lm: LoadedModel, case: PromptCase, reference: list[int], pos
     if len(case.turns) != 1:
         return None
     ids = lm.encode(case.turns[0]) + reference[:position]
-    with torch.inference_mode():
-        logits = lm.model(input_ids=torch.tensor([ids], device=lm.device), logits_to_keep=1).logits[0, -1].float()
+    target = Target(lm)
+    logits = target.forward(target.new_cache(), ids, last_only=True).logits[-1]
     top = torch.topk(logits, 2).values
     return float(top[0] - top[1])
 

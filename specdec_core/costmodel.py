@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from . import llama
 from .models import LoadedModel
 from .target import Target, synchronize
 
@@ -61,7 +62,7 @@ def _prefilled_cache(target: Target, batch: int, context_len: int, seed: int = 0
     ids = torch.randint(100, 10000, (batch, context_len), generator=generator).to(target.lm.device)
     cache = target.new_cache()
     with torch.inference_mode():
-        target.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+        llama.forward(target.model, cache, ids, last_only=True)
     return cache
 
 
@@ -81,7 +82,7 @@ def measure_forward_times(lm: LoadedModel, tokens=(1, 2, 4, 8), batch_sizes=(1,)
             synchronize(lm.device)
             start = time.perf_counter()
             with torch.inference_mode():
-                lm.model(input_ids=ids, cache=caches[b], use_cache=True)
+                llama.forward(lm.model, caches[b], ids)
             synchronize(lm.device)
             times.append(time.perf_counter() - start)
             caches[b].crop(-t)

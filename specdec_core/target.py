@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from . import llama
 from .models import LoadedModel
 
 
@@ -41,6 +42,7 @@ class Target:
     """A LoadedModel seen as "the target": the model whose output we must reproduce exactly."""
 
     def __init__(self, lm: LoadedModel) -> None:
+        llama.check_supported(lm.model)
         self.lm = lm
         self.model = lm.model
 
@@ -51,16 +53,9 @@ class Target:
     def forward(self, cache: DynamicCache, input_ids: list[int], hidden_layers: tuple[int, ...] = (),
                 last_only: bool = False) -> ForwardOutput:
         """Run `input_ids` on top of `cache` (which grows by len(input_ids))."""
-        past = cache.get_seq_length()
         ids = torch.tensor([input_ids], device=self.lm.device)  # (1, n)
-        positions = torch.arange(past, past + len(input_ids), device=self.lm.device).unsqueeze(0)  # (1, n)
-        # The same arguments generate() passes, and no more: any extra keyword (even a False flag) is
-        # handed down through every layer's call on every step.
-        extra = {"output_hidden_states": True} if hidden_layers else {}
-        out = self.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True,
-                         logits_to_keep=1 if last_only else 0, **extra)
-        hidden = {layer: out.hidden_states[layer][0] for layer in hidden_layers} if hidden_layers else {}
-        return ForwardOutput(out.logits[0].float(), hidden)
+        logits, hidden = llama.forward(self.model, cache, ids, hidden_layers, last_only)
+        return ForwardOutput(logits[0].float(), {layer: h[0] for layer, h in hidden.items()})
 
     @staticmethod
     def rollback(cache: DynamicCache, n: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, LlamaForCausalLM
 
+from .. import llama
 from ..models import LoadedModel
 from ..sampling import SamplingParams, logits_to_probs, penalise_repeats, sample
 from .base import Draft, Drafter
@@ -18,6 +19,7 @@ class DraftModelDrafter(Drafter):
 
     def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft",
                  dynamic_k: float | None = None, shared_params: bool = False) -> None:
+        llama.check_supported(model)
         self.model = model.eval()
         self.device = device
         self.name = name
@@ -32,10 +34,9 @@ class DraftModelDrafter(Drafter):
 
     @torch.inference_mode()
     def _feed(self, ids: list[int]) -> torch.Tensor:
-        out = self.model(input_ids=torch.tensor([ids], device=self.device), cache=self.cache,
-                         use_cache=True, logits_to_keep=1)
+        logits, _ = llama.forward(self.model, self.cache, torch.tensor([ids], device=self.device), last_only=True)
         self.cached_ids.extend(ids)
-        return out.logits[0, -1].float()  # (V,)
+        return logits[0, -1].float()  # (V,)
 
     def _sync_cache(self, context: list[int]) -> torch.Tensor:
         """Reuse the cached prefix shared with `context`, feed the rest, return next-token logits."""

@@ -1,0 +1,113 @@
+"""The Llama forward pass written out, over the weights of a transformers `LlamaForCausalLM`.
+
+Every decode step of this lab is one call of `forward` below: embed → 30 × (norm, attention with
+rotary positions and the KV cache, norm, MLP) → norm → output head. transformers' own
+`model(...)` computes exactly this, op for op, but wraps it in ~400 Python module calls, decorators
+and mask builders per step; on this project's 2-core CPU that wrapping costs ~3–4 ms of a ~33 ms
+one-token step. Written out as plain functions (gpt-fast's and nanoGPT's style) the step is shorter
+and a learner can read the whole model on one screen.
+
+The result is *the same numbers*, not just the same maths: each op is the one transformers calls,
+in its order and dtype (RMSNorm in float32, the same rotary formula, the same SDPA call with the same
+mask convention), and the linear layers are the model's own modules (so `kernels.py`'s matmul choice
+applies to both). `tests/test_llama_forward.py` checks the logits and hidden states are bitwise equal
+to `model(...)`, and that a broken mask or rotary is caught. The KV cache is transformers'
+`DynamicCache`, so `crop` (rolling back rejected drafts) works as before.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache, LlamaForCausalLM
+
+from .errors import SpecDecError
+
+
+def check_supported(model: torch.nn.Module) -> None:
+    """Refuse models this forward does not reproduce (it knows plain Llama with default RoPE only)."""
+    config = model.config
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if not isinstance(model, LlamaForCausalLM) or rope != "default" or config.hidden_act != "silu":
+        raise SpecDecError(f"the lab's forward supports Llama models with default RoPE and SiLU, "
+                           f"not {type(model).__name__} (rope {rope!r}, activation {config.hidden_act!r})")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / rms(x) * weight, computed in float32 (as Llama was trained) and cast back."""
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def rotary_tables(model: LlamaForCausalLM, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position × frequency for every head dimension: (1, 1, n, head_dim) each."""
+    rotary = model.model.rotary_emb
+    freqs = positions[..., None].float() * rotary.inv_freq.float()  # (1, n, head_dim/2)
+    angles = torch.cat((freqs, freqs), dim=-1)  # (1, n, head_dim): both halves rotate by the same angle
+    cos = (angles.cos() * rotary.attention_scaling).to(dtype)
+    sin = (angles.sin() * rotary.attention_scaling).to(dtype)
+    return cos.unsqueeze(1), sin.unsqueeze(1)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding: turn each (first-half, second-half) pair by its angle."""
+    half = x.shape[-1] // 2
+    rotated_half = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated_half * sin
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """(B, kv_heads, T, hd) → (B, kv_heads*groups, T, hd): each key/value head serves `groups` query heads."""
+    b, heads, t, hd = x.shape
+    return x[:, :, None].expand(b, heads, groups, t, hd).reshape(b, heads * groups, t, hd)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int, past: int, scale: float) -> torch.Tensor:
+    """Causal attention of n new queries over past + n keys. q (B, heads, n, hd), k/v (B, kv_heads, past+n, hd)."""
+    n = q.shape[2]
+    if n == 1:  # one new token sees every cached position: no mask at all
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
+    if past == 0:  # a prefill: the plain lower-triangular mask
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=True, enable_gqa=True)
+    # n new tokens on top of a cache (a verify step): new token i sees positions 0 .. past+i
+    visible = torch.arange(past + n, device=q.device)[None, :] <= torch.arange(past, past + n, device=q.device)[:, None]
+    return F.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=visible, scale=scale)
+
+
+def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tensor, hidden_layers: tuple[int, ...] = (),
+            last_only: bool = False) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """Run input_ids (B, n) on top of `cache` (which grows by n). Returns logits (B, n or 1, V) in the
+    model's dtype and the requested hidden states {layer: (B, n, H)}, numbered as transformers numbers
+    them: 0 = the embeddings, i = after decoder layer i, the last = after the final norm."""
+    config = model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    eps = config.rms_norm_eps
+    b, n = input_ids.shape
+    past = cache.get_seq_length()
+    positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)  # (1, n)
+
+    x = F.embedding(input_ids, model.model.embed_tokens.weight)  # (B, n, H)
+    cos, sin = rotary_tables(model, positions, x.dtype)
+    layers = model.model.layers
+    hidden = {0: x} if 0 in hidden_layers else {}
+    for i, layer in enumerate(layers):
+        att, mlp = layer.self_attn, layer.mlp
+        h = rms_norm(x, layer.input_layernorm.weight, eps)
+        q = att.q_proj(h).view(b, n, heads, head_dim).transpose(1, 2)  # (B, heads, n, hd)
+        k = att.k_proj(h).view(b, n, kv_heads, head_dim).transpose(1, 2)  # (B, kv_heads, n, hd)
+        v = att.v_proj(h).view(b, n, kv_heads, head_dim).transpose(1, 2)
+        k, v = cache.update(rotate(k, cos, sin), v, i)  # (B, kv_heads, past+n, hd): the cache + the new keys
+        y = attention(rotate(q, cos, sin), k, v, heads // kv_heads, past, att.scaling)  # (B, heads, n, hd)
+        x = x + att.o_proj(y.transpose(1, 2).reshape(b, n, heads * head_dim))
+        h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
+        x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+        if i + 1 in hidden_layers and i + 1 < len(layers):
+            hidden[i + 1] = x
+    x = rms_norm(x, model.model.norm.weight, eps)
+    if len(layers) in hidden_layers:
+        hidden[len(layers)] = x
+    if last_only:
+        x = x[:, -1:]
+    return model.lm_head(x), hidden
