@@ -63,16 +63,20 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, None].expand(b, heads, groups, t, hd).reshape(b, heads * groups, t, hd)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int, past: int, scale: float) -> torch.Tensor:
-    """Causal attention of n new queries over past + n keys. q (B, heads, n, hd), k/v (B, kv_heads, past+n, hd)."""
-    n = q.shape[2]
-    if n == 1:  # one new token sees every cached position: no mask at all
-        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
-    if past == 0:  # a prefill: the plain lower-triangular mask
-        return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=True, enable_gqa=True)
-    # n new tokens on top of a cache (a verify step): new token i sees positions 0 .. past+i
-    visible = torch.arange(past + n, device=q.device)[None, :] <= torch.arange(past, past + n, device=q.device)[:, None]
-    return F.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=visible, scale=scale)
+def causal_mask(past: int, n: int, device: torch.device) -> torch.Tensor | None:
+    """(n, past+n) bool, True where new token i may look: positions 0 .. past+i. None where SDPA needs
+    no explicit mask: one new token sees every position, and a prefill is SDPA's own is_causal."""
+    if n == 1 or past == 0:
+        return None
+    return torch.arange(past + n, device=device)[None, :] <= torch.arange(past, past + n, device=device)[:, None]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int, mask: torch.Tensor | None,
+              scale: float) -> torch.Tensor:
+    """Causal attention of n new queries over all keys. q (B, heads, n, hd), k/v (B, kv_heads, past+n, hd)."""
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=q.shape[2] > 1, enable_gqa=True)
+    return F.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask, scale=scale)
 
 
 def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tensor, hidden_layers: tuple[int, ...] = (),
@@ -90,6 +94,7 @@ def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tenso
 
     x = F.embedding(input_ids, model.model.embed_tokens.weight)  # (B, n, H)
     cos, sin = rotary_tables(model, positions, x.dtype)
+    mask = causal_mask(past, n, x.device)
     layers = model.model.layers
     hidden = {0: x} if 0 in hidden_layers else {}
     for i, layer in enumerate(layers):
@@ -99,7 +104,7 @@ def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tenso
         k = att.k_proj(h).view(b, n, kv_heads, head_dim).transpose(1, 2)  # (B, kv_heads, n, hd)
         v = att.v_proj(h).view(b, n, kv_heads, head_dim).transpose(1, 2)
         k, v = cache.update(rotate(k, cos, sin), v, i)  # (B, kv_heads, past+n, hd): the cache + the new keys
-        y = attention(rotate(q, cos, sin), k, v, heads // kv_heads, past, att.scaling)  # (B, heads, n, hd)
+        y = attention(rotate(q, cos, sin), k, v, heads // kv_heads, mask, att.scaling)  # (B, heads, n, hd)
         x = x + att.o_proj(y.transpose(1, 2).reshape(b, n, heads * head_dim))
         h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
         x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
