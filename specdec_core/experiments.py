@@ -18,7 +18,7 @@ from .decode import GenerationConfig, generate
 from .metrics import positional_matches
 from .models import LoadedModel, cache_dir, load_model
 
-CACHE_VERSION = 4  # bump when an experiment's definition or the engine's kernels change
+CACHE_VERSION = 5  # bump when an experiment's definition or the engine's kernels change
 
 COPY_PROMPT = ("Repeat the following paragraph exactly, word for word:\n\n"
                "The library opens at nine in the morning and closes at six in the evening. Visitors may borrow "
