@@ -60,10 +60,11 @@ bench-full: setup
 	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,hf:ar --k 4 --repeats 3 --out benchmarks/parity-ar-cpu.json
 	mkdir -p test-output && grep -E '"category": "(chat|qa|story)"' specdec_core/prompts/suite.jsonl > test-output/free-text.jsonl
 	$(BENCH) bench --prompts test-output/free-text.jsonl --modes ar,spec:ngram,hf:ar,hf:pld --k 4 --repeats 3 --out benchmarks/free-text-k4-repeats-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram --k 4,8 --repeats 2 --out benchmarks/categories-k4-8-repeats-cpu.json
 	$(BENCH) profile --out benchmarks/cost-cpu.json
 	$(BENCH) report benchmarks/results-suite-cpu.json benchmarks/results-suite-k8-16-cpu.json benchmarks/sweep-k-cpu.json \
 		benchmarks/sweep-temperature-cpu.json benchmarks/dynamic-k-cpu.json benchmarks/parity-ar-cpu.json \
-		benchmarks/free-text-k4-repeats-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report.html
+		benchmarks/free-text-k4-repeats-cpu.json benchmarks/categories-k4-8-repeats-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report.html
 
 lab: setup
 	$(PY) -m jupyter lab notebooks
