@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import specdec_core as sd  # noqa: E402
@@ -34,7 +35,7 @@ def main() -> None:
     sizes = (1, 2, 3, 4, 8, 16)
     times: dict[tuple[str, int], list[float]] = {(v, n): [] for v in variants for n in sizes}
     with torch.inference_mode():
-        caches = {v: llama.DynamicCache(config=model.config) for v in variants}
+        caches = {v: DynamicCache(config=model.config) for v in variants}
         for cache in caches.values():
             llama.forward(model, cache, context)
         for round_index in range(args.rounds + 1):  # round 0 warms up and is discarded

@@ -2,9 +2,9 @@
 
 Every decode step of this lab is one call of `forward` below: embed → 30 × (norm, attention with
 rotary positions and the KV cache, norm, MLP) → norm → output head. transformers' own
-`model(...)` computes exactly this, op for op, but wraps it in ~400 Python module calls, decorators
-and mask builders per step; on this project's 2-core CPU that wrapping costs ~3–4 ms of a ~33 ms
-one-token step. Written out as plain functions (gpt-fast's and nanoGPT's style) the step is shorter
+`model(...)` computes exactly this, op for op, but wraps it in hundreds of Python module calls,
+decorators and a mask builder per step; on this project's 2-core CPU that wrapping costs ~2–4 ms of a
+~30 ms one-token step (`scripts/ab_forward.py`, BENCHMARKS.md §3b). Written out as plain functions (gpt-fast's and nanoGPT's style) the step is shorter
 and a learner can read the whole model on one screen.
 
 The result is *the same numbers*, not just the same maths: each op is the one transformers calls,

@@ -5,8 +5,10 @@ blocks on top of the cache, a rollback. Each check is shown to fail on a deliber
 """
 import pytest
 import torch
+from transformers import DynamicCache
 
 from specdec_core import llama
+from specdec_core.errors import SpecDecError
 
 # (tokens fed, tokens rolled back afterwards): prefill, decode steps, verify blocks, a rejected draft
 STEPS = [(12, 0), (1, 0), (4, 2), (2, 0), (1, 0), (8, 5), (3, 0)]
@@ -15,7 +17,7 @@ STEPS = [(12, 0), (1, 0), (4, 2), (2, 0), (1, 0), (8, 5), (3, 0)]
 def side_by_side(model: torch.nn.Module, batch: int = 1, hidden_layers: tuple[int, ...] = ()) -> list[bool]:
     """For each step, whether logits (and the requested hidden states) are bitwise equal."""
     generator = torch.Generator().manual_seed(0)
-    ours, theirs = llama.DynamicCache(config=model.config), llama.DynamicCache(config=model.config)
+    ours, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
     equal = []
     with torch.inference_mode():
         for n, rollback in STEPS:
@@ -46,8 +48,8 @@ def test_last_only_is_the_last_row(tiny):
     """Up to rounding: the output head then multiplies one row, not four (another matmul kernel)."""
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.inference_mode():
-        full, _ = llama.forward(tiny.model, llama.DynamicCache(config=tiny.model.config), ids)
-        last, _ = llama.forward(tiny.model, llama.DynamicCache(config=tiny.model.config), ids, last_only=True)
+        full, _ = llama.forward(tiny.model, DynamicCache(config=tiny.model.config), ids)
+        last, _ = llama.forward(tiny.model, DynamicCache(config=tiny.model.config), ids, last_only=True)
     assert last.shape == (1, 1, full.shape[-1]) and torch.allclose(last[0, 0], full[0, -1], atol=1e-4)
 
 
@@ -77,5 +79,5 @@ def test_unsupported_models_are_refused(tiny):
     config = tiny.model.config.__class__(**{**tiny.model.config.to_dict(), "hidden_act": "gelu"})
     with torch.device("meta"):
         other = type(tiny.model)(config)
-    with pytest.raises(llama.SpecDecError, match="SiLU"):
+    with pytest.raises(SpecDecError, match="SiLU"):
         llama.check_supported(other)
