@@ -1,7 +1,7 @@
 """The target model behind a tiny API: prefill, forward new tokens on a KV cache, roll the cache back.
 
 Every decoding mode uses only these three calls, so "one target forward" means the same thing in
-AR, Jacobi and speculative decoding.
+AR, Jacobi and speculative decoding. The forward itself is `llama.forward` (the model written out).
 """
 from __future__ import annotations
 
