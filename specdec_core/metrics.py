@@ -4,6 +4,9 @@ alpha = draft_acceptance_rate = accepted / drafted.
 tau = mean_acceptance_length = tokens emitted by decode steps / target decode forwards (prefill
 excluded; the correction or bonus token counts, so plain AR has tau = 1). This equals vLLM's mean
 acceptance length when every step drafts.
+rollback_rate = share of drafting steps with at least one rejected draft (each such step crops the
+KV cache); kv_entries_discarded = how many drafted tokens' cache entries were cropped in all.
+(Not 1 - acceptance: one rollback may discard one entry or k of them.)
 """
 from __future__ import annotations
 
@@ -52,6 +55,8 @@ def compute_metrics(trace: Trace) -> dict:
         "offered_per_pos_count": offered,  # the counts behind accepted_per_pos, for pooling over runs
         "accepted_per_pos_count": accepted_at,
         "accepted_length_hist": hist,
+        "rollback_rate": sum(s.accepted < len(s.drafted) for s in drafting) / len(drafting) if drafting else 0.0,
+        "kv_entries_discarded": num_draft_tokens - num_accepted,
         "ttft_s": trace.timing.get("ttft_s", prefill_s),
         "prefill_s": prefill_s,
         "decode_s": max(0.0, wall - prefill_s),

@@ -8,7 +8,9 @@ The ladder: `process_logits` -> `logits_to_probs` -> `sample` for plain decoding
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -159,3 +161,97 @@ def verify_sampled(draft: list[int], q: torch.Tensor | None, p: torch.Tensor, ge
             residual = residual_distribution(p[i], q_i, token)
             return SampledVerdict(i, sample(residual, generator), accept_probs, residual)
     return SampledVerdict(len(draft), sample(p[len(draft)], generator), accept_probs, None)
+
+
+# --- checking a verify rule ---------------------------------------------------------------------
+# The tests, the lessons and the capstone's learners all judge a rule the same way: draw a draft
+# x ~ q, verify it, and compare the distribution of the first emitted token with p.
+
+VerifyFn = Callable[[list[int], "torch.Tensor | None", torch.Tensor, torch.Generator], object]
+
+# Small (p, q) pairs that break wrong rules in different ways; the last two are one-hot q (n-gram).
+CHECK_CASES: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...] = (
+    ((0.5, 0.3, 0.1, 0.1, 0.0), (0.1, 0.2, 0.3, 0.2, 0.2)),
+    ((0.05, 0.05, 0.8, 0.1), (0.7, 0.1, 0.1, 0.1)),
+    ((0.25, 0.25, 0.25, 0.25), (0.25, 0.25, 0.25, 0.25)),  # p == q
+    ((1.0, 0.0, 0.0), (0.0, 0.5, 0.5)),  # disjoint supports
+    ((0.6, 0.3, 0.1), (0.0, 1.0, 0.0)),  # one-hot q on a likely token
+    ((0.6, 0.3, 0.1), (0.0, 0.0, 1.0)),  # one-hot q on an unlikely token
+)
+
+
+def chi2_threshold(df: int, z: float = 4.75) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile (z = 4.75 ~ p = 1e-6)."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def chi2_rejects(counts: dict[int, int], expected: torch.Tensor, n: int) -> bool:
+    """Goodness of fit of `counts` (n draws) against `expected` (V,); cells with tiny expectation are pooled."""
+    big = [t for t in range(len(expected)) if expected[t] * n >= 5]
+    stat, pooled_obs, pooled_exp = 0.0, n, n * 1.0
+    for t in big:
+        e = float(expected[t]) * n
+        stat += (counts.get(t, 0) - e) ** 2 / e
+        pooled_obs -= counts.get(t, 0)
+        pooled_exp -= e
+    if pooled_exp >= 5:
+        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
+    df = len(big) - (0 if pooled_exp >= 5 else 1)
+    return stat > chi2_threshold(max(df, 1))
+
+
+def first_token_counts(verify_fn: VerifyFn, p: torch.Tensor, q: torch.Tensor, trials: int,
+                       generator: torch.Generator) -> tuple[dict[int, int], int]:
+    """Run `trials` one-draft verify steps (x ~ q, then verify_fn); count the first emitted token
+    and how many drafts were accepted. Returns (counts, accepted).
+
+    verify_fn has `verify_sampled`'s signature (draft, q (k, V), p (k+1, V), generator) and returns
+    either a verdict with `.accepted` and `.next_token` or a tuple (accepted, next_token).
+    """
+    p_rows = torch.stack([p, p])  # row 1 (the bonus position) never decides the first token
+    counts: dict[int, int] = {}
+    accepted_drafts = 0
+    for _ in range(trials):
+        x = sample(q, generator)
+        verdict = verify_fn([x], q[None], p_rows, generator)
+        accepted, next_token = ((verdict.accepted, verdict.next_token) if hasattr(verdict, "accepted")
+                                else verdict)
+        first = x if accepted >= 1 else int(next_token)
+        counts[first] = counts.get(first, 0) + 1
+        accepted_drafts += accepted >= 1
+    return counts, accepted_drafts
+
+
+@dataclass
+class LosslessCase:
+    p: list[float]
+    q: list[float]
+    observed: list[float]  # the first emitted token's empirical distribution
+    total_variation: float  # 0.5 * sum |observed - p|
+    rejected: bool  # the chi-square test says observed is not p
+
+
+@dataclass
+class LosslessCheck:
+    passed: bool
+    trials: int
+    cases: list[LosslessCase]
+
+
+def check_lossless(verify_fn: VerifyFn = verify_sampled, trials: int = 4000, seed: int = 0,
+                   cases=CHECK_CASES) -> LosslessCheck:
+    """Does `verify_fn` leave the target's distribution p unchanged? A statistical check, case by case.
+
+    For each small (p, q) it runs `trials` draft-then-verify steps and tests the first emitted token
+    against p (chi-square at p-value ~1e-6, so a right rule essentially never fails and a rule that
+    is off by a few percent does). Passing means every case passes.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    results = []
+    for p_values, q_values in cases:
+        p, q = torch.tensor(p_values, dtype=torch.float64), torch.tensor(q_values, dtype=torch.float64)
+        counts, _ = first_token_counts(verify_fn, p, q, trials, generator)
+        observed = torch.tensor([counts.get(t, 0) / trials for t in range(len(p))], dtype=torch.float64)
+        results.append(LosslessCase(list(p_values), list(q_values), observed.tolist(),
+                                    0.5 * float((observed - p).abs().sum()), chi2_rejects(counts, p, trials)))
+    return LosslessCheck(not any(c.rejected for c in results), trials, results)

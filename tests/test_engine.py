@@ -124,6 +124,8 @@ def test_metrics_by_hand():
     assert m["mean_acceptance_length"] == 8 / 3  # 8 tokens from 3 decode forwards (prefill excluded)
     assert m["accepted_per_pos"] == [1.0, 0.5, 0.5, 0.5]
     assert m["accepted_length_hist"] == [0, 1, 0, 0, 1]
+    # One of the two drafting steps rejected a draft (and cropped 3 cache entries): not 1 - acceptance (3/8).
+    assert m["rollback_rate"] == 0.5 and m["kv_entries_discarded"] == 3
     assert m["tokens_per_s"] == 9 / 2.0 and m["decode_s"] == 1.5
 
 

@@ -15,6 +15,7 @@ import specdec_core as sd
 import specdec_core.sampling as sampling
 from specdec_core.decode import Piecer, Stopper, prefill, prepare, speculative_step
 from specdec_core.drafters import Draft, Drafter
+from specdec_core.sampling import chi2_rejects
 from specdec_core.target import Target
 
 
@@ -32,12 +33,7 @@ def output_distribution(p: torch.Tensor, q: torch.Tensor | None, draft_token: in
     return out
 
 
-CASES = [
-    (torch.tensor([0.5, 0.3, 0.1, 0.1, 0.0]), torch.tensor([0.1, 0.2, 0.3, 0.2, 0.2])),
-    (torch.tensor([0.05, 0.05, 0.8, 0.1]), torch.tensor([0.7, 0.1, 0.1, 0.1])),
-    (torch.tensor([0.25, 0.25, 0.25, 0.25]), torch.tensor([0.25, 0.25, 0.25, 0.25])),  # p == q
-    (torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 0.5, 0.5])),  # disjoint supports
-]
+CASES = [(torch.tensor(p), torch.tensor(q)) for p, q in sampling.CHECK_CASES]
 
 
 @pytest.mark.parametrize("p,q", CASES)
@@ -89,26 +85,6 @@ class UniformDrafter(Drafter):
         return Draft(tokens, self.q.expand(k, -1))
 
 
-def chi2_threshold(df: int, z: float = 4.75) -> float:
-    """Wilson-Hilferty approximation of the chi-square quantile (z = 4.75 ~ p = 1e-6)."""
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-
-
-def chi2_rejects(counts: dict[int, int], expected: torch.Tensor, n: int) -> bool:
-    """Goodness of fit against the exact distribution; cells with tiny expectation are pooled."""
-    big = [t for t in range(len(expected)) if expected[t] * n >= 5]
-    stat, pooled_obs, pooled_exp = 0.0, n, n * 1.0
-    for t in big:
-        e = float(expected[t]) * n
-        stat += (counts.get(t, 0) - e) ** 2 / e
-        pooled_obs -= counts.get(t, 0)
-        pooled_exp -= e
-    if pooled_exp >= 5:
-        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
-    df = len(big) - (0 if pooled_exp >= 5 else 1)
-    return stat > chi2_threshold(max(df, 1))
-
-
 def first_spec_tokens(lm, n: int) -> tuple[dict[int, int], torch.Tensor]:
     """Run n independent speculative steps (k=2) from one fixed context and count the first emitted
     token; also return the exact distribution that AR sampling draws that token from."""
@@ -139,3 +115,40 @@ def test_statistical_check_fails_for_always_accept(tiny, monkeypatch):
     counts, exact = first_spec_tokens(tiny, N)
     assert chi2_rejects(counts, exact, N)
 
+
+
+# --- (c) the public check that learners and lessons use ---------------------------------------
+
+
+def test_check_lossless_passes_the_engine_rule():
+    result = sampling.check_lossless(sampling.verify_sampled)
+    assert result.passed, [(c.p, c.q, c.observed) for c in result.cases if c.rejected]
+    assert len(result.cases) == len(sampling.CHECK_CASES)
+    assert all(c.total_variation < 0.05 for c in result.cases)
+
+
+def test_check_lossless_accepts_tuple_verdicts():
+    def as_tuple(draft, q, p, generator):
+        verdict = sampling.verify_sampled(draft, q, p, generator)
+        return verdict.accepted, verdict.next_token
+
+    assert sampling.check_lossless(as_tuple, trials=2000).passed
+
+
+def _always_accept(draft, q, p, generator):
+    return len(draft), sampling.sample(p[len(draft)], generator)
+
+
+def _resample_from_p(draft, q, p, generator):
+    """The classic bug: after a rejection, sample from p instead of the residual max(0, p - q)."""
+    for i, token in enumerate(draft):
+        if torch.rand((), generator=generator).item() >= sampling.acceptance_probability(p[i], q[i], token):
+            return i, sampling.sample(p[i], generator)
+    return len(draft), sampling.sample(p[len(draft)], generator)
+
+
+@pytest.mark.parametrize("wrong_rule", [_always_accept, _resample_from_p])
+def test_check_lossless_fails_wrong_rules(wrong_rule):
+    result = sampling.check_lossless(wrong_rule)
+    assert not result.passed
+    assert max(c.total_variation for c in result.cases) > 0.1
