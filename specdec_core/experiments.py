@@ -8,6 +8,7 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -18,7 +19,7 @@ from .decode import GenerationConfig, generate
 from .metrics import positional_matches
 from .models import LoadedModel, cache_dir, load_model
 
-CACHE_VERSION = 5  # bump when an experiment's definition or the engine's kernels change
+CACHE_VERSION = 6  # bump when an experiment's definition or the engine's kernels change
 
 COPY_PROMPT = ("Repeat the following paragraph exactly, word for word:\n\n"
                "The library opens at nine in the morning and closes at six in the evening. Visitors may borrow "
@@ -27,6 +28,18 @@ COPY_PROMPT = ("Repeat the following paragraph exactly, word for word:\n\n"
 STORY_PROMPT = "Write a short story about a lighthouse keeper who finds a mysterious bottle on the beach."
 CHAT_PROMPTS = ("What are three tips for staying focused while studying?",
                 "Explain why the sky is blue in simple words.")
+PROMPTS_FILE = Path(__file__).resolve().parent / "prompts" / "suite.jsonl"
+
+
+def suite_prompts(category: str, n: int) -> tuple[str, ...]:
+    """The first n prompts of one category of the 64-prompt suite (file order, so always the same)."""
+    rows = [json.loads(line) for line in PROMPTS_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return tuple(r["prompt"] for r in rows if r["category"] == category)[:n]
+
+
+# sim's τ scatters by ~0.2 on one 64-token run; eight prompts bring the spread of a few runs well under
+# the quiz's ±0.25.
+SIM_PROMPTS = (*CHAT_PROMPTS, *suite_prompts("chat", 3), *suite_prompts("qa", 3))
 
 
 @dataclass
@@ -49,12 +62,8 @@ class Experiment:
 
 def _tau(lm: LoadedModel, prompts, **config) -> tuple[float, dict]:
     """Mean accepted length over prompts: all decode tokens / all decode forwards."""
-    tokens = forwards = 0
-    for prompt in prompts:
-        m = generate(lm, prompt, GenerationConfig(mode="spec", max_new_tokens=64, **config)).metrics
-        tokens += m["mean_acceptance_length"] * m["target_forwards"]
-        forwards += m["target_forwards"]
-    return tokens / forwards, {"prompts": len(prompts), "target_forwards": forwards, **config}
+    r = _pooled_spec(lm, prompts, **config)
+    return r["tau"], {"prompts": len(prompts), "target_forwards": r["forwards"], **config}
 
 
 def _speedup(lm: LoadedModel, prompt: str, repeats: int = 3, **config) -> tuple[float, dict]:
@@ -103,20 +112,127 @@ def _verify_cost(lm: LoadedModel) -> tuple[float, dict]:
 
 
 def _identity(lm: LoadedModel) -> tuple[float, dict]:
-    prompts = (COPY_PROMPT, STORY_PROMPT, *CHAT_PROMPTS)
-    same = 0
+    """Greedy spec == AR, token for token, over 6 prompts of five kinds and two drafters."""
+    prompts = (COPY_PROMPT, STORY_PROMPT, *CHAT_PROMPTS, *suite_prompts("qa", 1), *suite_prompts("code_edit", 1))
+    runs = [("ngram", 4), ("early-exit", 4)]
+    same = total = 0
     for prompt in prompts:
         ar = generate(lm, prompt, GenerationConfig(mode="ar", max_new_tokens=48)).token_ids
-        spec = generate(lm, prompt, GenerationConfig(mode="spec", drafter="ngram", k=4, max_new_tokens=48)).token_ids
-        same += ar == spec
-    return same / len(prompts), {"identical": same, "prompts": len(prompts), "drafter": "ngram", "k": 4}
+        for drafter, k in runs:
+            if drafter == "early-exit" and prompt not in CHAT_PROMPTS:
+                continue  # the slow drafter on two prompts only, to stay within the time budget
+            spec = generate(lm, prompt, GenerationConfig(mode="spec", drafter=drafter, k=k, max_new_tokens=48)).token_ids
+            same += ar == spec
+            total += 1
+    return same / total, {"identical": same, "runs": total, "prompts": len(prompts),
+                          "drafters": [f"{d} k={k}" for d, k in runs]}
+
+
+def _forward_ratio(lm: LoadedModel, tokens: int, batch: int = 1) -> tuple[float, dict]:
+    """Time of a forward over `tokens` new tokens / a 1-token forward, at batch 1 and at `batch`."""
+    from .costmodel import measure_forward_times
+    batches = sorted({1, batch})
+    rows = {(r["tokens"], r["batch"]): r["seconds"]
+            for r in measure_forward_times(lm, tokens=(1, tokens), batch_sizes=tuple(batches), repeats=9)}
+    ratios = {b: rows[(tokens, b)] / rows[(1, b)] for b in batches}
+    return ratios[batch], {"tokens": tokens, "batch": batch, "ratio_at_batch": {str(b): r for b, r in ratios.items()},
+                           "seconds": {f"{t}x{b}": v for (t, b), v in rows.items()}}
+
+
+def _pooled_spec(lm: LoadedModel, prompts, seeds=(0,), **config) -> dict:
+    """Run spec decoding over prompts (and seeds) and pool the counts behind every rate."""
+    pooled = {"forwards": 0, "tokens": 0, "drafting_steps": 0, "rollbacks": 0, "drafted": 0, "accepted": 0,
+              "ar_forwards": 0}
+    offered: list[int] = []
+    accepted_at: list[int] = []
+    for i, prompt in enumerate(prompts):
+        for seed in seeds:
+            # One random stream per (prompt, seed): the same seed on every prompt would repeat the same
+            # draws (sim's hits, sampled tokens) and make the prompts no independent sample at all.
+            m = generate(lm, prompt, GenerationConfig(mode="spec", max_new_tokens=64, seed=100 * seed + i, **config)).metrics
+            pooled["forwards"] += m["target_forwards"]
+            pooled["tokens"] += m["mean_acceptance_length"] * m["target_forwards"]
+            pooled["drafting_steps"] += m["num_drafts"]
+            pooled["rollbacks"] += round(m["rollback_rate"] * m["num_drafts"])
+            pooled["drafted"] += m["num_draft_tokens"]
+            pooled["accepted"] += m["num_accepted_tokens"]
+            offered = [a + b for a, b in zip(offered or [0] * len(m["offered_per_pos_count"]), m["offered_per_pos_count"])]
+            accepted_at = [a + b for a, b in zip(accepted_at or [0] * len(m["accepted_per_pos_count"]), m["accepted_per_pos_count"])]
+    survival = [a / o if o else 0.0 for a, o in zip(accepted_at, offered)]
+    conditional = [s / prev if prev else 0.0 for s, prev in zip(survival, [1.0] + survival[:-1])]
+    return {**pooled, "tau": pooled["tokens"] / pooled["forwards"] if pooled["forwards"] else 0.0,
+            "acceptance_rate": pooled["accepted"] / pooled["drafted"] if pooled["drafted"] else 0.0,
+            "rollback_rate": pooled["rollbacks"] / pooled["drafting_steps"] if pooled["drafting_steps"] else 0.0,
+            "survival": survival, "conditional": conditional, "prompts": len(prompts), "seeds": list(seeds), **config}
+
+
+def _forward_reduction(lm: LoadedModel, prompts, **config) -> tuple[float, dict]:
+    """AR target forwards / spec target forwards for the same tokens: the real model's "ideal speedup"."""
+    ar = sum(generate(lm, p, GenerationConfig(mode="ar", max_new_tokens=64)).metrics["target_forwards"] for p in prompts)
+    spec = _pooled_spec(lm, prompts, **config)
+    return ar / spec["forwards"], {"ar_forwards": ar, "spec_forwards": spec["forwards"], "tau": spec["tau"], **config}
+
+
+def _early_exit_tau(lm: LoadedModel) -> tuple[float, dict]:
+    """τ of a drafter that always drafts k, next to k·ᾱ + 1 from the same runs (the identity)."""
+    r = _pooled_spec(lm, CHAT_PROMPTS, drafter="early-exit", k=4)
+    return r["tau"], {"acceptance_rate": r["acceptance_rate"], "k_alpha_bar_plus_1": 4 * r["acceptance_rate"] + 1,
+                      "drafting_steps": r["drafting_steps"], "forwards": r["forwards"], "k": 4, "layers": 4}
+
+
+def _rollback_rate(lm: LoadedModel) -> tuple[float, dict]:
+    """Share of n-gram drafting steps on free text that reject a draft (and crop the KV cache)."""
+    r = _pooled_spec(lm, (*CHAT_PROMPTS, *suite_prompts("qa", 2)), drafter="ngram", k=4)
+    return r["rollback_rate"], {key: r[key] for key in ("drafting_steps", "rollbacks", "drafted", "accepted",
+                                                        "acceptance_rate", "tau", "forwards")} | {
+        "kv_entries_discarded": r["drafted"] - r["accepted"], "drafter": "ngram", "k": 4}
+
+
+def _survival(lm: LoadedModel) -> tuple[float, dict]:
+    """Per-position survival s_i and conditional acceptance a_i = s_i / s_(i-1) of n-gram drafts
+    (ngram-fixed, k = 8: every match verified in full) on copy prompts and on free stories."""
+    copy = _pooled_spec(lm, (COPY_PROMPT, *suite_prompts("copy", 2)), drafter="ngram-fixed", k=8)
+    story = _pooled_spec(lm, (STORY_PROMPT, *suite_prompts("story", 2)), drafter="ngram-fixed", k=8)
+    return copy["conditional"][3], {"copy": {"survival": copy["survival"], "conditional": copy["conditional"], "tau": copy["tau"]},
+                                    "story": {"survival": story["survival"], "conditional": story["conditional"], "tau": story["tau"]},
+                                    "drafter": "ngram-fixed", "k": 8, "position": 4}
+
+
+def _temperature_tau(lm: LoadedModel) -> tuple[float, dict]:
+    """τ of n-gram drafting on copy prompts at temperature 0, 0.7 and 1.0 (two seeds when sampling)."""
+    prompts = (COPY_PROMPT, *suite_prompts("copy", 1))
+    taus = {t: _pooled_spec(lm, prompts, seeds=(0,) if t == 0 else (0, 1), drafter="ngram", k=4, temperature=t)["tau"]
+            for t in (0.0, 0.7, 1.0)}
+    return taus[1.0], {"tau_by_temperature": {str(t): v for t, v in taus.items()}, "drafter": "ngram", "k": 4,
+                       "prompts": len(prompts)}
+
+
+def _sampling_acceptance(lm: LoadedModel) -> tuple[float, dict]:
+    """The engine's `verify_sampled` on one real (p, q) pair from SmolLM2's next-token distribution:
+    p at temperature 1.0 (what the user asked for), q at temperature 0.7 (a drafter that agrees with
+    the target but samples colder). Measured acceptance vs β = Σ min(p, q), and the first emitted
+    token's frequencies vs p (they must match p, not q)."""
+    from .sampling import SamplingParams, first_token_counts, logits_to_probs, verify_sampled
+    from .target import Target
+
+    target = Target(lm)
+    logits = target.forward(target.new_cache(), lm.encode(CHAT_PROMPTS[0]), last_only=True).logits[-1]
+    p = logits_to_probs(logits, SamplingParams(temperature=1.0))
+    q = logits_to_probs(logits, SamplingParams(temperature=0.7))
+    trials = 4000
+    counts, accepted = first_token_counts(verify_sampled, p, q, trials, torch.Generator().manual_seed(0))
+    top = torch.topk(p, 5).indices.tolist()
+    return accepted / trials, {"beta": float(torch.minimum(p, q).sum()), "trials": trials,
+                               "p_temperature": 1.0, "q_temperature": 0.7,
+                               "top_tokens": [{"token": lm.decode([t]), "p": float(p[t]), "q": float(q[t]),
+                                               "observed": counts.get(t, 0) / trials} for t in top]}
 
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sim_tau_a07_k4", {"zh": "模拟草稿（命中率 0.7，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.7, k=4)"},
-               "tokens/forward", lambda lm: _tau(lm, CHAT_PROMPTS, drafter="sim", hit_rate=0.7, k=4)),
+               "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4)),
     Experiment("sim_tau_a05_k4", {"zh": "模拟草稿（命中率 0.5，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.5, k=4)"},
-               "tokens/forward", lambda lm: _tau(lm, CHAT_PROMPTS, drafter="sim", hit_rate=0.5, k=4)),
+               "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.5, k=4)),
     Experiment("ngram_speedup_copy", {"zh": "n-gram 草稿在复制型提示上的加速比", "en": "n-gram drafting speedup on a copy prompt"},
                "x", lambda lm: _speedup(lm, COPY_PROMPT, drafter="ngram", k=4)),
     Experiment("ngram_speedup_story", {"zh": "n-gram 草稿在自由故事上的加速比", "en": "n-gram drafting speedup on a free story"},
@@ -132,8 +248,33 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                "fraction", _early_exit),
     Experiment("verify_cost_ratio_k4", {"zh": "一次 5-token 前向与 1-token 前向的耗时比", "en": "Time of a 5-token forward / a 1-token forward"},
                "x", _verify_cost),
-    Experiment("spec_greedy_identity", {"zh": "贪心投机解码与 AR 输出逐 token 一致的比例", "en": "Share of prompts where greedy spec output equals AR"},
+    Experiment("spec_greedy_identity", {"zh": "贪心投机解码与 AR 输出逐 token 一致的比例（6 个提示、两种草稿器）",
+                                        "en": "Share of greedy spec runs whose output equals AR (6 prompts, two drafters)"},
                "fraction", _identity),
+    Experiment("forward_cost_ratio_16", {"zh": "一次 16-token 前向与 1-token 前向的耗时比（batch 1）",
+                                         "en": "Time of a 16-token forward / a 1-token forward (batch 1)"},
+               "x", lambda lm: _forward_ratio(lm, 16)),
+    Experiment("batch_verify_ratio_b8_k4", {"zh": "batch 8 时，每行 5 个 token 的前向与每行 1 个 token 的前向耗时比",
+                                            "en": "At batch 8: time of a 5-tokens-per-row forward / a 1-token-per-row forward"},
+               "x", lambda lm: _forward_ratio(lm, 5, batch=8)),
+    Experiment("ngram_forward_ratio_copy_k3", {"zh": "复制型提示上 AR 与 n-gram 投机（k=3）的目标前向次数之比",
+                                               "en": "AR target forwards / n-gram spec (k=3) target forwards on copy prompts"},
+               "x", lambda lm: _forward_reduction(lm, (COPY_PROMPT, *suite_prompts("copy", 2)), drafter="ngram", k=3)),
+    Experiment("early_exit_tau_k4", {"zh": "未训练 4 层早退草稿（k=4，每步都起草 4 个）的 τ",
+                                     "en": "τ of the untrained 4-layer early exit (k=4, drafting 4 every step)"},
+               "tokens/forward", _early_exit_tau),
+    Experiment("ngram_rollback_rate_free", {"zh": "自由文本上 n-gram 起草步中发生回滚（至少一个草稿被拒）的比例",
+                                            "en": "Share of n-gram drafting steps on free text that roll back (at least one draft rejected)"},
+               "fraction", _rollback_rate),
+    Experiment("ngram_copy_a4", {"zh": "复制型提示上 n-gram 草稿第 4 个位置的条件接受率 a_4（k=8）",
+                                 "en": "Conditional acceptance a_4 of n-gram drafts at position 4 on copy prompts (k=8)"},
+               "fraction", _survival),
+    Experiment("ngram_tau_temperature_1", {"zh": "温度 1.0 时 n-gram 草稿在复制型提示上的 τ（附温度 0 与 0.7）",
+                                           "en": "τ of n-gram drafting on copy prompts at temperature 1.0 (with 0 and 0.7 beside it)"},
+               "tokens/forward", _temperature_tau),
+    Experiment("sampling_acceptance_real_pq", {"zh": "引擎的 verify_sampled 在真实 p（温度 1.0）与 q（温度 0.7）上的接受率",
+                                               "en": "Acceptance rate of the engine's verify_sampled on a real p (temperature 1.0) and q (temperature 0.7)"},
+               "fraction", _sampling_acceptance),
 ]}
 
 
