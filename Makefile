@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8501
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-notebooks app bench bench-full lab notebooks traces browser clean
+.PHONY: setup test test-notebooks app bench bench-full lab notebooks lesson-outputs traces browser clean
 
 setup: $(STAMP)
 
@@ -19,11 +19,17 @@ $(STAMP): requirements.txt requirements-model.txt requirements-dev.txt
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "specdec-lab (.venv)" >/dev/null
 	touch $(STAMP)
 
-# Debian's chromium for the browser test (never a downloaded browser). Only as root with apt.
+# Debian's chromium for the browser test (never a downloaded browser), and CJK + emoji fonts so that
+# screenshots show Chinese and emoji instead of empty boxes (installed even where chromium already is).
+# Only as root with apt.
+BROWSER_PACKAGES := chromium fonts-wqy-microhei fonts-noto-color-emoji
 browser:
-	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing chromium with apt-get"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		missing=$$(for p in $(BROWSER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+		if [ -n "$$missing" ]; then \
+			echo "installing with apt-get:" $$missing; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		fi; \
 	fi
 
 # The test suite, then every notebook of both languages executed top to bottom (~4 + ~9 min here).
@@ -72,6 +78,12 @@ lab: setup
 # Regenerate the notebooks from the lesson sources (lessons/ is the one source of the prose).
 notebooks: setup
 	$(PY) scripts/build_notebooks.py
+
+# Execute every lesson and record its code cells' outputs for the app's lesson page (lessons/outputs/,
+# committed; ~25 min on a 2-core CPU). ONLY="06-speedup 07-when-to-use" records just those lessons.
+lesson-outputs: setup
+	$(PY) -m specdec_core prepare
+	$(PY) scripts/lesson_outputs.py $(if $(ONLY),--only $(ONLY))
 
 # Re-record the app's precomputed race traces with the real model.
 traces: setup

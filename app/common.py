@@ -1,5 +1,5 @@
 """What every page shares: language, the model (loaded once, used under one lock), token
-rendering, trace loading and the prompt list.
+rendering, trace loading and the prompt list. (The course's lesson files live in `course.py`.)
 
 Pages stay thin: layout and widgets. Every number they show comes from `specdec_core`; this module
 only turns engine data into HTML, tables and Streamlit state.
@@ -7,7 +7,6 @@ only turns engine data into HTML, tables and Streamlit state.
 from __future__ import annotations
 
 import html
-import re
 import json
 import os
 import sys
@@ -533,89 +532,3 @@ def selectbox(where, text: str, options, key: str, label=str, **kwargs):
     value = value if value in options else fallback
     st.session_state[valid_key] = value
     return value
-
-
-# ---------------------------------------------------------------------------------------------
-# Lessons: lessons/<lang>/<stem>.md (jupytext MyST markdown)
-# ---------------------------------------------------------------------------------------------
-
-def lesson_stems() -> list[str]:
-    """Lesson file stems present in either language, in order."""
-    return sorted({p.stem for lg in LANGS for p in (ROOT / "lessons" / lg).glob("*.md")})
-
-
-def lesson_file(stem: str, language: str | None = None) -> tuple[Path | None, str]:
-    """The lesson in the wanted language, else in the other one: (path, language used)."""
-    language = language or lang()
-    for lg in (language, *[x for x in LANGS if x != language]):
-        path = ROOT / "lessons" / lg / f"{stem}.md"
-        if path.is_file():
-            return path, lg
-    return None, language
-
-
-@lru_cache(maxsize=64)
-def _title_of(path: str, mtime: float) -> str:
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.startswith("# "):
-            return line[2:].strip()
-    return Path(path).stem
-
-
-def lesson_title(stem: str) -> str:
-    path, _ = lesson_file(stem)
-    if path is None:
-        return stem
-    title = _title_of(str(path), path.stat().st_mtime)
-    return title.split("·", 1)[1].strip() if "·" in title else title
-
-
-_FENCE = re.compile(r"^(\s*)```+\s*\{([\w-]+)\}\s*(\S*)\s*$")
-_TARGET = re.compile(r"^\(([\w\-.:]+)\)=\s*$")
-_ROLE = re.compile(r"\{[\w-]+\}`([^`]*)`")
-
-
-def myst_to_markdown(text: str) -> str:
-    """Jupytext MyST markdown -> Streamlit markdown: drop the YAML front matter, turn
-    ```{code-cell} python fences (and their option lines) into ```python, `(id)=` targets into
-    HTML anchors, other directives into plain fenced text, and {role}`x` into `x`."""
-    lines = text.splitlines()
-    if lines and lines[0].strip() == "---":
-        end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
-        if end is not None:
-            lines = lines[end + 1:]
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = _FENCE.match(line)
-        target = _TARGET.match(line)
-        if fence:
-            indent, name, arg = fence.groups()
-            lang_ = "python" if name == "code-cell" else "text"
-            out.append(f"{indent}```{lang_}")
-            i += 1
-            # cell options: ":key: value" lines, or a "---" ... "---" YAML block right after the fence
-            if i < len(lines) and lines[i].strip() == "---":
-                close = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "---"), i)
-                i = close + 1
-            while i < len(lines) and re.match(r"^\s*:[\w-]+:", lines[i]):
-                i += 1
-            continue
-        if target:
-            out += [f'<a id="{target.group(1)}"></a>', ""]
-        else:
-            out.append(_ROLE.sub(r"`\1`", line))
-        i += 1
-    return "\n".join(out).strip() + "\n"
-
-
-def lesson_sections(text: str) -> list[tuple[str, str]]:
-    """(anchor id, heading) of every `(id)=` target followed by a heading, in order."""
-    lines = text.splitlines()
-    found = []
-    for i, line in enumerate(lines[:-1]):
-        m = _TARGET.match(line)
-        if m and lines[i + 1].lstrip().startswith("#"):
-            found.append((m.group(1), lines[i + 1].lstrip("# ").strip()))
-    return found

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
 NOTEBOOKS = ROOT / "notebooks"
 LANGS = ("zh", "en")
+LESSON_GLOB = "[0-9][0-9]-*.md"  # lessons only: the glossary (and other pages) get no notebook
 
 # A MyST target line such as "(goals)=" becomes an HTML anchor, which Jupyter renders invisibly.
 TARGET = re.compile(r"^\(([A-Za-z0-9_-]+)\)=[ \t]*$", re.MULTILINE)
@@ -48,7 +49,7 @@ def targets() -> dict[Path, Path]:
     return {
         NOTEBOOKS / lang / f"{md.stem}.ipynb": md
         for lang in LANGS
-        for md in sorted((LESSONS / lang).glob("*.md"))
+        for md in sorted((LESSONS / lang).glob(LESSON_GLOB))
     }
 
 

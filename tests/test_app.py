@@ -132,16 +132,17 @@ def test_every_static_ui_key_used_in_the_app_exists():
 
 
 def test_myst_lesson_markup_becomes_streamlit_markdown():
-    import common
+    import course
 
     source = ("---\njupytext:\n  text_representation:\n    format_name: myst\n---\n\n# Title\n\n(goals)=\n"
               "## Goals\n\nSee {ref}`goals`.\n\n```{code-cell} python\n:tags: [hide-input]\nprint(1)\n```\n")
-    out = common.myst_to_markdown(source)
+    out = course.myst_to_markdown(source)
     assert "jupytext" not in out and "{code-cell}" not in out and ":tags:" not in out
     assert "```python\nprint(1)\n```" in out
     assert '<a id="goals"></a>\n\n## Goals' in out
     assert "See `goals`." in out
-    assert common.lesson_sections(source) == [("goals", "Goals")]
+    assert course.lesson_sections(source) == [("goals", "Goals")]
+    assert course.lesson_blocks(source)[-1] == ("code", ":tags: [hide-input]\nprint(1)")
 
 
 # ------------------------------------------------------------------------------------ pages render
@@ -371,10 +372,10 @@ def test_quiz_predict_then_run_shows_prediction_and_measurement():
 # ------------------------------------------------------------------------------------ lessons
 
 def test_lessons_render_every_lesson_without_myst_markup():
-    import common
+    import course
 
     at = open_page("lessons", "en")
-    stems = common.lesson_stems()
+    stems = course.lesson_stems()
     assert len(stems) >= 3
     for stem in stems:
         ok(at.selectbox(key="lessons_pick").set_value(stem).run())
@@ -383,6 +384,24 @@ def test_lessons_render_every_lesson_without_myst_markup():
     ok(at.selectbox(key="lessons_pick").set_value(stems[0]).run())
     ok(at.sidebar.radio(key="lang_widget").set_value("zh").run())
     assert at.title[0].value.endswith("课程") and "notebooks/zh/" in texts(at)
+
+
+def test_lesson_page_shows_every_recorded_output_and_the_glossary():
+    from specdec_core import lesson_outputs as lo
+
+    stem = "06-speedup"
+    recorded = lo.load("en", stem)
+    assert recorded is not None
+    outputs = [o for cell in lo.code_cells((ROOT / "lessons" / "en" / f"{stem}.md").read_text(encoding="utf-8"))
+               for o in recorded.outputs_for(cell) or []]
+    at = open_page("lessons", "en")
+    ok(at.selectbox(key="lessons_pick").set_value(stem).run())
+    assert recorded.machine in texts(at) and recorded.commit in texts(at)
+    shown = [c.value for c in at.code]
+    assert all(o["text"].rstrip("\n") in shown for o in outputs if o["kind"] == "text")
+    assert len(plotly_charts(at)) == sum(o["kind"] == "plotly" for o in outputs) > 0
+    ok(at.selectbox(key="lessons_pick").set_value("glossary").run())
+    assert "ᾱ" in texts(at) and not at.code
 
 
 # ------------------------------------------------------------------------------------ failures

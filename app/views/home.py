@@ -2,6 +2,7 @@
 import streamlit as st
 
 import common
+import course
 from common import t
 
 import specdec_core as sd
@@ -24,8 +25,8 @@ with right:
 
 st.subheader(t("home_lessons_h"))
 cols = st.columns(3)
-for i, stem in enumerate(common.lesson_stems()):
-    cols[i % 3].markdown(f"**{stem[:2]}** · {common.lesson_title(stem)}")
+for i, stem in enumerate(course.lesson_stems()):
+    cols[i % 3].markdown(f"**{stem[:2]}** · {course.lesson_title(stem)}")
 st.page_link("views/lessons.py", label=t("home_open_lessons"), icon="📚")
 
 st.subheader(t("home_status_h"))

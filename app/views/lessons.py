@@ -1,30 +1,39 @@
-"""Lessons: the lesson text from lessons/<lang>/*.md, with its notebook and its quiz."""
+"""Lessons: the lesson text from lessons/<lang>/NN-*.md with each code cell's recorded output, its
+notebook and its quiz; and the glossary."""
 import streamlit as st
 
 import common
+import course
 from common import t
 
 ss = st.session_state
 lang = common.lang()
 
 st.title(t("lessons_title"))
-stems = common.lesson_stems()
+stems = course.lesson_stems()
 if not stems:
     st.info(t("lessons_none"))
     st.stop()
+pages = stems + [course.GLOSSARY]
 
 wanted = st.query_params.get("lesson")
-if wanted in stems and "lessons_pick" not in ss:
+if wanted in pages and "lessons_pick" not in ss:
     ss.lessons_pick = wanted
-stem = common.selectbox(st, t("lessons_pick"), stems, "lessons_pick", lambda s: f"{s[:2]} · {common.lesson_title(s)}")
+stem = common.selectbox(st, t("lessons_pick"), pages, "lessons_pick",
+                        lambda s: "📖 " + t("lessons_glossary") if s == course.GLOSSARY else f"{s[:2]} · {course.lesson_title(s)}")
 
-path, used = common.lesson_file(stem)
+path, used = course.lesson_file(stem)
 if path is None:
     st.error(t("lessons_missing", stem=stem))
     st.stop()
 if used != lang:
     st.info(t("lessons_other_lang"))
 source = path.read_text(encoding="utf-8")
+
+if stem == course.GLOSSARY:
+    st.markdown(course.myst_to_markdown(source), unsafe_allow_html=True)
+    st.caption(t("lessons_source", path=str(path.relative_to(common.ROOT))))
+    st.stop()
 
 top = st.columns([3, 2, 2])
 notebook = common.ROOT / "notebooks" / used / f"{stem}.ipynb"
@@ -45,12 +54,12 @@ def _to_quiz():
 if top[2].button("❓ " + t("lessons_to_quiz"), on_click=_to_quiz, key="lessons_quiz"):
     st.switch_page("views/quiz.py")
 
-sections = common.lesson_sections(source)
+sections = course.lesson_sections(source)
 if sections:
     with st.expander(t("lessons_contents")):
         st.markdown("\n".join(f"- [{title}](#{anchor})" for anchor, title in sections))
 
 st.divider()
-st.markdown(common.myst_to_markdown(source), unsafe_allow_html=True)
+course.show_lesson(source, used, stem)
 st.divider()
 st.caption(t("lessons_source", path=str(path.relative_to(common.ROOT))))

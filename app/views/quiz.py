@@ -3,6 +3,7 @@ run their experiment on the model after the learner answers."""
 import streamlit as st
 
 import common
+import course
 from common import t
 
 import specdec_core as sd
@@ -27,7 +28,7 @@ c = st.columns([3, 2, 2])
 LESSONS = ["all", *lessons]
 DIFFICULTIES = ["all", "easy", "mid", "hard"]
 lesson = common.selectbox(c[0], t("quiz_lesson"), LESSONS, "quiz_lesson",
-                          lambda s: t("all") if s == "all" else f"{s[:2]} · {common.lesson_title(s)}")
+                          lambda s: t("all") if s == "all" else f"{s[:2]} · {course.lesson_title(s)}")
 difficulty = common.selectbox(c[1], t("quiz_difficulty"), DIFFICULTIES, "quiz_difficulty",
                               lambda d: t("all") if d == "all" else t(f"difficulty_{d}"))
 only_experiments = c[2].checkbox(t("quiz_only_experiments"), key="quiz_only_exp")
