@@ -6,7 +6,7 @@ the bank fails loudly instead of showing a broken question to a learner.
 
     from specdec_core.quiz import grade, questions_for, quiz_widget
 
-    q = questions_for("06-speedup")[0]      # the seed's Q6 (single choice)
+    q = questions_for("06-speedup")[0]      # the source article's Q6 (single choice)
     grade(q, {2}, lang="en").correct        # True: answers are sets of choice indices ...
     grade(questions_for("06-speedup")[1], 2.77).correct   # ... or numbers (True)
     quiz_widget("06-speedup", lang="zh")    # in a notebook: the whole lesson quiz
@@ -52,7 +52,7 @@ LANGS: tuple[str, ...] = ("zh", "en")
 LESSON_STEMS: tuple[str, ...] = (
     "01-seeing-it", "02-ar-bottleneck", "03-draft-verify", "04-draft-sources",
     "05-judging-drafts", "06-speedup", "07-when-to-use", "08-applications",
-    "09-python-demo", "10-misconceptions", "11-interview", "12-production",
+    "09-python-demo", "10-misconceptions", "11-interview", "12-production", "14-capstone",
 )
 
 # Float answers such as 2.52 vs 2.77 +/- 0.25 must not fail on the last binary digit.
@@ -94,7 +94,7 @@ class Question:
     difficulty: Literal["easy", "mid", "hard"]
     lesson: str
     tags: tuple[str, ...]
-    source: Literal["seed", "new"]
+    source: Literal["article", "new"]
     prompt: dict[str, str]
     explanation: dict[str, str]
     choices: tuple[Choice, ...] = ()

@@ -32,7 +32,7 @@ from specdec_core.quiz import (
 )
 
 QUIZ_FILES = sorted(QUIZ_DIR.glob("*.yaml"))
-ID_FORMAT = re.compile(r"^q(0[1-9]|1[0-2])-[a-z0-9]+(-[a-z0-9]+)*$")
+ID_FORMAT = re.compile(r"^q(0[1-9]|1[0-4])-[a-z0-9]+(-[a-z0-9]+)*$")
 
 # The experiments the quiz may point at. The registry lives in specdec_core.experiments
 # (EXPERIMENTS); when it is importable we check against it, otherwise against this copy.
@@ -174,16 +174,16 @@ def test_latex_dollars_balanced(raw_questions: list[dict[str, Any]]) -> None:
                 assert value[lang].count("$") % 2 == 0, (raw["id"], name, lang)
 
 
-def test_seed_questions_all_present(bank: list[Question]) -> None:
-    seed = [q for q in bank if q.source == "seed"]
-    tags = sorted(t for q in seed for t in q.tags if t.startswith("seed-q"))
-    assert tags == sorted(f"seed-q{i}" for i in range(1, 11))
+def test_article_questions_all_present(bank: list[Question]) -> None:
+    seed = [q for q in bank if q.source == "article"]
+    tags = sorted(t for q in seed for t in q.tags if t.startswith("article-q"))
+    assert tags == sorted(f"article-q{i}" for i in range(1, 11))
     assert len(seed) == 10
-    # A seed tag on a "new" question would mean a mislabelled source.
-    assert not [q.id for q in bank if q.source == "new" and any(t.startswith("seed-q") for t in q.tags)]
+    # An article tag on a "new" question would mean a mislabelled source.
+    assert not [q.id for q in bank if q.source == "new" and any(t.startswith("article-q") for t in q.tags)]
 
 
-def test_seed_answers_kept(bank: list[Question]) -> None:
+def test_article_answers_kept(bank: list[Question]) -> None:
     """Same correct answers as the article, same option order (A=0, B=1, ...).
 
     Q1-Q6 and Q9 are single choice (B, A, B, B, A, C, B); Q7 is ABD, Q8 ABC, Q10 ABD.
@@ -192,13 +192,13 @@ def test_seed_answers_kept(bank: list[Question]) -> None:
                 10: {0, 1, 3}}
     by_tag = {t: q for q in bank for t in q.tags}
     for n, correct in expected.items():
-        q = by_tag[f"seed-q{n}"]
+        q = by_tag[f"article-q{n}"]
         assert q.correct_indices == correct, q.id
         assert q.type == ("multi" if len(correct) > 1 else "single"), q.id
 
 
-def test_seed_q6_uses_the_approximation_and_shows_the_exact_value(bank: list[Question]) -> None:
-    q6 = next(q for q in bank if "seed-q6" in q.tags)
+def test_article_q6_uses_the_approximation_and_shows_the_exact_value(bank: list[Question]) -> None:
+    q6 = next(q for q in bank if "article-q6" in q.tags)
     (right,) = q6.correct_indices
     assert "2.5" in q6.choices[right].text["en"] and "2.5" in q6.choices[right].text["zh"]
     for lang in ("zh", "en"):
@@ -220,6 +220,21 @@ def test_experiments_are_registered(bank: list[Question]) -> None:
     assert unknown == {}
 
 
+PREDICT_THEN_RUN_LESSONS = ("02-ar-bottleneck", "07-when-to-use", "09-python-demo", "11-interview", "12-production")
+SIM_EXPERIMENTS = {"sim_tau_a07_k4", "sim_tau_a05_k4"}  # the i.i.d. check; new questions measure real drafters
+
+
+def test_enough_predict_then_run_questions(bank: list[Question]) -> None:
+    runs = [q for q in bank if q.experiment]
+    assert len(runs) >= 15, f"only {len(runs)} predict-then-run questions"
+    assert len({q.experiment for q in runs}) >= 10
+    missing = [stem for stem in PREDICT_THEN_RUN_LESSONS if not any(q.lesson == stem for q in runs)]
+    assert not missing, f"lessons without a predict-then-run question: {missing}"
+    on_sim = {q.experiment for q in runs if q.experiment.startswith("sim")} - SIM_EXPERIMENTS
+    assert not on_sim, f"new predict-then-run questions should measure real drafters, not {on_sim}"
+    assert all(q.type == "numeric" and q.answer is not None for q in runs)
+
+
 def test_simulated_tau_answers_follow_theory(bank: list[Question]) -> None:
     """Predict-then-run answers for the simulated drafter are the closed-form expectation."""
     theory = {"sim_tau_a07_k4": tau(0.7, 4), "sim_tau_a05_k4": tau(0.5, 4)}
@@ -227,7 +242,7 @@ def test_simulated_tau_answers_follow_theory(bank: list[Question]) -> None:
         if q.experiment in theory:
             assert q.type == "numeric" and q.answer is not None
             assert abs(q.answer.value - theory[q.experiment]) <= 0.01, q.id
-            # The seed approximation must NOT pass for alpha = 0.5: that is the lesson.
+            # The source article's approximation must NOT pass for alpha = 0.5: that is the lesson.
             if q.experiment == "sim_tau_a05_k4":
                 assert not grade(q, 2.5).correct
 
@@ -435,7 +450,7 @@ def test_numeric_tolerance() -> None:
     assert grade(NUMERIC, 2.52).correct  # exactly at the edge (float noise must not matter)
     assert grade(NUMERIC, 3.02).correct
     assert grade(NUMERIC, 3).correct  # ints are numbers too
-    assert not grade(NUMERIC, 2.5).correct  # the seed approximation, outside the tolerance
+    assert not grade(NUMERIC, 2.5).correct  # the source article's approximation, outside the tolerance
     assert not grade(NUMERIC, 3.03).correct
     assert not grade(NUMERIC, float("nan")).correct
     g = grade(NUMERIC, 2.0, lang="zh")
