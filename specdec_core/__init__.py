@@ -1,8 +1,9 @@
 """specdec_core: a real, exact, observable speculative-decoding engine.
 
 Layout: models (load target), target (forward/rollback), sampling (p = target, q = draft),
-drafters/ (one file each), decode (the decode loops), trace (plain-data steps), metrics, theory,
-costmodel, experiments (the registry the quiz and notebooks share), bench, report, cli.
+drafters/ (one file each), decode (the decode loops), serving/ (many requests per forward: batched
+decoding, schedulers, load tests), trace (plain-data steps), metrics, theory, costmodel, experiments
+(the registry the quiz and notebooks share), bench, report, cli.
 
 Names are imported lazily (PEP 562): `from specdec_core.trace import Trace` or `sd.theory` must not
 pay for importing torch and transformers, so the app's first page opens at once.
@@ -20,7 +21,7 @@ _NAMES = {
     "StepEvent": "trace", "Token": "trace", "Trace": "trace",
 }
 _MODULES = ("bench", "cli", "costmodel", "decode", "drafters", "errors", "experiments", "metrics", "models", "quiz",
-            "report", "sampling", "target", "theory", "trace")
+            "report", "sampling", "serving", "target", "theory", "trace")
 
 __all__ = sorted([*_NAMES, *_MODULES])
 

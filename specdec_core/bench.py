@@ -268,8 +268,6 @@ def git_commit() -> str | None:
 def run_bench(args) -> dict:
     from tqdm import tqdm
 
-    from .cli import config_from_args, ensure_writable
-
     cases = load_prompts(args.prompts)
     if args.limit:
         cases = cases[: args.limit]
@@ -280,12 +278,12 @@ def run_bench(args) -> dict:
     lm = load_model(args.model, args.device, args.dtype)
     sweeps = [(k, t) for k in args.k for t in args.temperature]
     for k, t in sweeps:  # validate every setting before the first long run
-        config_from_args(args, "spec", k, t).validate(lm, 1)
+        GenerationConfig.from_args(args, "spec", k, t).validate(lm, 1)
     sweep = len(sweeps) > 1
     hf = HFRunner(lm, args.early_exit_layers)
     # Warm up every mode once (kernels, the assistant model, drafters' cost measurements), so no mode's
     # first measured run pays for it.
-    warm = replace(config_from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)
+    warm = replace(GenerationConfig.from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)
     for mode in modes:
         run_case(lm, hf, mode, cases[0], warm)
     results = []
@@ -294,7 +292,7 @@ def run_bench(args) -> dict:
         for case_index, case in enumerate(cases):
             for repeat in range(args.repeats):
                 for k, t in sweeps:
-                    config = config_from_args(args, "ar", k, t)
+                    config = GenerationConfig.from_args(args, "ar", k, t)
                     # Interleaved: every mode of this prompt, then the next prompt. The order rotates from
                     # one round to the next, so no mode always runs first or always after the same other.
                     shift = (case_index + repeat) % len(modes)

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import SpecDecError
+from .errors import SpecDecError, ensure_writable
 
 EXIT_USAGE = 2
 
@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--tokens", type=_csv(int), default=[1, 2, 3, 4, 6, 8, 12, 16])
     pr.add_argument("--batch", type=_csv(int), default=[1, 2, 4, 8, 16])
     pr.add_argument("--repeats", type=int, default=5)
+    pr.add_argument("--serving", action="store_true",
+                    help="measure the serving cost table instead (packed batched forwards: requests x total tokens)")
     pr.add_argument("--out", type=Path, help="write the cost model as JSON")
 
     rp = sub.add_parser("report", help="write an offline HTML report + Markdown summary from bench results")
@@ -90,34 +92,35 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", type=Path, default=Path("report.html"))
     rp.add_argument("--cost", type=Path, help="a cost model JSON from `profile --out`")
 
+    lt = sub.add_parser("load-test", help="serve many requests at once: per-user speed vs aggregate throughput per scheme")
+    lt.add_argument("--concurrency", type=_csv(int), default=[1, 2, 4, 8, 16, 32], help="closed-loop levels (requests in flight)")
+    lt.add_argument("--schemes", type=_csv(str), default=["ar", "spec-fixed", "spec-confidence", "spec-hardware"],
+                    help="comma list of ar, spec-fixed, spec-confidence, spec-hardware, mtp1")
+    lt.add_argument("--drafter", default="ngram", help="the spec schemes' drafter (default ngram)")
+    lt.add_argument("--k", type=int, default=8, help="the most drafts a request verifies per step (default 8)")
+    lt.add_argument("--threshold", type=float, default=0.5, help="spec-confidence: verify while prefix survival >= this")
+    lt.add_argument("--arrival-rate", type=float, default=None, metavar="R",
+                    help="Poisson arrivals at R requests/s instead of a closed loop")
+    lt.add_argument("--requests-per-level", type=int, default=4, help="requests per level = this x concurrency")
+    lt.add_argument("--max-new-tokens", type=int, default=64)
+    lt.add_argument("--force-ar", action="store_true", help="the rollback switch: every scheme decodes plain AR")
+    lt.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts" / "suite.jsonl")
+    lt.add_argument("--replay", type=Path, metavar="LOAD_JSON",
+                    help="re-run the schedulers on this load-test's recorded drafts (simulated time)")
+    lt.add_argument("--costs", type=Path, help="with --replay: a serving cost table from `profile --serving`")
+    lt.add_argument("--model", default="smollm2-135m")
+    lt.add_argument("--device", default="auto")
+    lt.add_argument("--dtype", default="auto")
+    lt.add_argument("--out", type=Path, required=True)
+
     sub.add_parser("prepare", help="convert the model once into the local cache")
     return parser
-
-
-def ensure_writable(path: Path) -> None:
-    """Fail before an expensive run, not after it."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a"):
-            pass
-    except OSError as err:
-        raise SpecDecError(f"cannot write {path}: {err.strerror or err}")
-
-
-def config_from_args(args, mode: str, k: int | None = None, temperature: float | None = None):
-    from .decode import GenerationConfig
-    return GenerationConfig(
-        mode=mode, drafter=args.drafter, k=args.k if k is None else k, dynamic_k=args.dynamic_k,
-        window=args.window, hit_rate=args.hit_rate, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
-        early_exit_layers=args.early_exit_layers, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature if temperature is None else temperature, top_k=args.top_k,
-        top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stop=tuple(args.stop))
 
 
 def cmd_generate(args) -> None:
     from tqdm import tqdm
 
-    from .decode import generate
+    from .decode import GenerationConfig, generate
     from .metrics import positional_matches
     from .models import load_model
 
@@ -128,14 +131,14 @@ def cmd_generate(args) -> None:
     mode = args.mode
     if mode.startswith("spec:"):  # accept bench-style labels too
         mode, args.drafter = "spec", mode.split(":", 1)[1]
-    config = config_from_args(args, mode)
+    config = GenerationConfig.from_args(args, mode)
     lm = load_model(args.model, args.device, args.dtype)
     config.validate(lm, len(lm.encode(args.prompt, args.raw)))
     with tqdm(total=config.max_new_tokens, unit="tok", disable=args.json or not sys.stderr.isatty(), leave=False) as bar:
         result = generate(lm, args.prompt, config, raw=args.raw, progress=lambda n: bar.update(n - bar.n))
     extra = {}
     if mode == "nar":  # NAR's point: how much of AR's text did one-shot prediction get right?
-        ar = generate(lm, args.prompt, config_from_args(args, "ar"), raw=args.raw)
+        ar = generate(lm, args.prompt, GenerationConfig.from_args(args, "ar"), raw=args.raw)
         extra = {"matches_ar": positional_matches(result.token_ids, ar.token_ids), "ar_tokens": len(ar.token_ids)}
     if args.trace:
         result.trace.save(args.trace)
@@ -168,12 +171,19 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import run_bench
             run_bench(args)
         elif args.command == "profile":
-            from .costmodel import run_profile
-            run_profile(args)
+            if args.serving:
+                from .serving.cli import run_serving_profile
+                run_serving_profile(args)
+            else:
+                from .costmodel import run_profile
+                run_profile(args)
         elif args.command == "report":
             from .report import write_report
             ensure_writable(args.out)
             write_report(args.results, args.out, args.cost)
+        elif args.command == "load-test":
+            from .serving.cli import run_load_test_command
+            run_load_test_command(args)
         elif args.command == "prepare":
             cmd_prepare(args)
     except SpecDecError as err:

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import torch
 
-from .drafters import DRAFTERS, Drafter, make_drafter
+from .drafters import DRAFTERS, Draft, Drafter, make_drafter
 from .errors import SpecDecError
 from .models import LoadedModel
 from .sampling import SamplingParams, choose, logits_to_probs, process_logits, verify_greedy, verify_sampled
@@ -46,6 +46,16 @@ class GenerationConfig:
     repetition_penalty: float = 1.0
     seed: int | None = 0
     stop: tuple[str, ...] = ()
+
+    @classmethod
+    def from_args(cls, args, mode: str, k: int | None = None, temperature: float | None = None) -> "GenerationConfig":
+        """The config a command line asks for (argparse options of `cli.add_generation_options`)."""
+        return cls(
+            mode=mode, drafter=args.drafter, k=args.k if k is None else k, dynamic_k=args.dynamic_k,
+            window=args.window, hit_rate=args.hit_rate, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
+            early_exit_layers=args.early_exit_layers, max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature if temperature is None else temperature, top_k=args.top_k,
+            top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stop=tuple(args.stop))
 
     @property
     def sampling(self) -> SamplingParams:
@@ -155,6 +165,68 @@ def prefill(target: Target, state: DecodeState, config: GenerationConfig, stoppe
                      verify_s=seconds[0])
 
 
+@dataclass
+class Verdict:
+    """What verifying one request's drafts decided (the inputs of its step event)."""
+
+    accepted: int
+    next_token: int  # correction (after a rejection) or bonus (after accepting all)
+    p: torch.Tensor  # (n+1, V): sampling p, or the display softmax when greedy
+    choices: list[int]  # the target's own pick per row (= argmax of p)
+    q: torch.Tensor | None  # (n, V) the verified drafts' q, None for one-hot proposals
+    accept_probs: list[float]
+    residual: torch.Tensor | None
+
+
+def verify_row(state: DecodeState, params: SamplingParams, draft: Draft | None, drafted: list[int],
+               logits: torch.Tensor) -> Verdict:
+    """Accept the agreeing prefix of `drafted` given the target's logits (n+1, V) over [last token] + drafted:
+    greedy prefix match, or rejection sampling with the request's own random stream."""
+    context = state.tokens
+    logits = process_logits(logits, context, drafted, params)  # (n+1, V)
+    p = logits_to_probs(logits, params)
+    choices = torch.argmax(logits, dim=-1).tolist()
+    q = draft.q[: len(drafted)] if draft is not None and draft.q is not None else None
+    if params.greedy:
+        accepted, next_token = verify_greedy(drafted, choices)
+        return Verdict(accepted, next_token, p, choices, q, [], None)
+    verdict = verify_sampled(drafted, q, p, state.generator)
+    return Verdict(verdict.accepted, verdict.next_token, p, choices, q, verdict.accept_probs, verdict.residual)
+
+
+def commit(state: DecodeState, config: GenerationConfig, stopper: Stopper, drafted: list[int], verdict: Verdict,
+           hidden: dict[int, torch.Tensor]) -> list[int]:
+    """Append the accepted drafts + the correction/bonus (truncated at a stop) and tell the drafter."""
+    appended = emit(state, drafted[:verdict.accepted] + [verdict.next_token], stopper)
+    if state.drafter:
+        state.drafter.observe(verdict.accepted, appended, hidden, verified=len(drafted))
+    return appended
+
+
+def step_event(config: GenerationConfig, piecer: Piecer, index: int, context: list[int], drafted: list[int],
+               appended: list[int], verdict: Verdict, draft: Draft | None, draft_s: float, verify_s: float,
+               target_forwards: int) -> StepEvent:
+    """The step as plain data for traces and the app (tokens with their p and q, the verdict, timings)."""
+    p, q, accepted, next_token = verdict.p, verdict.q, verdict.accepted, verdict.next_token
+    extra_kind = None if not drafted else ("bonus" if accepted == len(drafted) else "correction")
+    q_of_draft = [1.0] * len(drafted) if q is None else [float(q[i, t]) for i, t in enumerate(drafted)]
+    return StepEvent(
+        index=index, mode=config.mode, kind="decode",
+        emitted=piecer.tokens(context, appended, [float(p[i, t]) for i, t in enumerate(appended)]),
+        drafted=piecer.tokens(context, drafted, q_of_draft),
+        target=piecer.tokens(context, verdict.choices, [float(p[i, t]) for i, t in enumerate(verdict.choices)]),
+        p_of_draft=[float(p[i, t]) for i, t in enumerate(drafted)],
+        accept_probs=verdict.accept_probs, accepted=accepted,
+        extra=piecer.tokens(context + drafted[:accepted], [next_token], [float(p[accepted, next_token])])[0] if drafted else None,
+        extra_kind=extra_kind,
+        p_top=[_top(row, piecer) for row in p] if drafted else [],
+        q_top=[_top(row, piecer) for row in q] if q is not None else [],
+        residual_top=_top(verdict.residual, piecer) if verdict.residual is not None else [],
+        draft_s=draft_s, verify_s=verify_s, overhead_s=draft.overhead_s if draft else 0.0,
+        target_forwards=target_forwards,
+    )
+
+
 def speculative_step(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper,
                      piecer: Piecer, index: int) -> StepEvent:
     """One draft -> verify -> accept -> correct/bonus -> rollback step. With no drafter: one AR step."""
@@ -173,41 +245,14 @@ def speculative_step(target: Target, state: DecodeState, config: GenerationConfi
         hidden_layers = state.drafter.hidden_layers if state.drafter else ()
         out = target.forward(state.cache, [context[-1]] + drafted, hidden_layers=hidden_layers)
         state.target_forwards += 1
-        logits = process_logits(out.logits, context, drafted, params)  # (n+1, V)
-        p = logits_to_probs(logits, params)  # (n+1, V): sampling p, or the display softmax when greedy
-        choices = torch.argmax(logits, dim=-1).tolist()  # the target's own pick per row (= argmax of p)
-        q = draft.q[: len(drafted)] if draft is not None and draft.q is not None else None
-        residual = None
-        if params.greedy:
-            (accepted, next_token), accept_probs = verify_greedy(drafted, choices), []
-        else:
-            verdict = verify_sampled(drafted, q, p, state.generator)
-            accepted, next_token, accept_probs, residual = verdict.accepted, verdict.next_token, verdict.accept_probs, verdict.residual
+        verdict = verify_row(state, params, draft, drafted, out.logits)
         # Rollback: the cache now holds the last token + all drafts; forget the rejected ones.
-        target.rollback(state.cache, len(drafted) - accepted)
+        target.rollback(state.cache, len(drafted) - verdict.accepted)
 
-    appended = emit(state, drafted[:accepted] + [next_token], stopper)
-    if state.drafter:
-        state.drafter.observe(accepted, appended, out.hidden)
-
-    extra_kind = None if not drafted else ("bonus" if accepted == len(drafted) else "correction")
-    q_of_draft = [1.0] * len(drafted) if q is None else [float(q[i, t]) for i, t in enumerate(drafted)]
-    return StepEvent(
-        index=index, mode=config.mode, kind="decode",
-        emitted=piecer.tokens(context, appended, [float(p[i, t]) for i, t in enumerate(appended)]),
-        drafted=piecer.tokens(context, drafted, q_of_draft),
-        target=piecer.tokens(context, choices, [float(p[i, t]) for i, t in enumerate(choices)]),
-        p_of_draft=[float(p[i, t]) for i, t in enumerate(drafted)],
-        accept_probs=accept_probs, accepted=accepted,
-        extra=piecer.tokens(context + drafted[:accepted], [next_token], [float(p[accepted, next_token])])[0] if drafted else None,
-        extra_kind=extra_kind,
-        p_top=[_top(row, piecer) for row in p] if drafted else [],
-        q_top=[_top(row, piecer) for row in q] if q is not None else [],
-        residual_top=_top(residual, piecer) if residual is not None else [],
-        draft_s=max(0.0, draft_time[0] - (draft.overhead_s if draft else 0.0)), verify_s=verify_time[0],
-        overhead_s=draft.overhead_s if draft else 0.0,
-        target_forwards=state.target_forwards,
-    )
+    appended = commit(state, config, stopper, drafted, verdict, out.hidden)
+    draft_s = max(0.0, draft_time[0] - (draft.overhead_s if draft else 0.0))
+    return step_event(config, piecer, index, context, drafted, appended, verdict, draft, draft_s, verify_time[0],
+                      state.target_forwards)
 
 
 def _greedy_window(target: Target, state: DecodeState, config: GenerationConfig, catch_up: list[int],
@@ -332,8 +377,6 @@ def generate(lm: LoadedModel, prompt: str | list[int] | list[dict], config: Gene
 
     `progress`, if given, is called with the number of new tokens after each step.
     """
-    from .metrics import compute_metrics, peak_rss_bytes
-
     config = config or GenerationConfig()
     state = prepare(lm, prompt, config, raw)
     steps: list[StepEvent] = []
@@ -343,13 +386,21 @@ def generate(lm: LoadedModel, prompt: str | list[int] | list[dict], config: Gene
         if progress:
             progress(len(state.output_ids))
     wall = time.perf_counter() - start
+    return result_of(lm, prompt, config, state, steps, wall, Target.cache_bytes(state.cache))
+
+
+def result_of(lm: LoadedModel, prompt: str | list[int] | list[dict], config: GenerationConfig, state: DecodeState,
+              steps: list[StepEvent], wall_s: float, kv_cache_bytes: int, ttft_s: float | None = None) -> GenerationResult:
+    """Text, trace and metrics of a finished request (decoded here or by the serving engine)."""
+    from .metrics import compute_metrics, peak_rss_bytes
+
     text = lm.decode(state.output_ids)
     trace = Trace(model=lm.name, mode=config.mode, drafter=config.drafter if config.mode == "spec" else None,
                   config={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
                   prompt=prompt if isinstance(prompt, str) else lm.tokenizer.decode(state.prompt_ids),
                   prompt_ids=state.prompt_ids, steps=steps, output_ids=state.output_ids, text=text,
                   stop_reason=state.stop_reason,
-                  timing={"wall_s": wall, "ttft_s": steps[0].verify_s, "peak_rss_bytes": peak_rss_bytes(),
-                          "kv_cache_bytes": Target.cache_bytes(state.cache),
+                  timing={"wall_s": wall_s, "ttft_s": steps[0].verify_s if ttft_s is None else ttft_s,
+                          "peak_rss_bytes": peak_rss_bytes(), "kv_cache_bytes": kv_cache_bytes,
                           "drafter_bytes": state.drafter.memory_bytes() if state.drafter else 0})
     return GenerationResult(text=text, token_ids=state.output_ids, trace=trace, metrics=compute_metrics(trace))

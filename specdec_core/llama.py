@@ -16,6 +16,8 @@ to `model(...)`, and that a broken mask or rotary is caught. The KV cache is tra
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, LlamaForCausalLM
@@ -84,17 +86,40 @@ def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tenso
     """Run input_ids (B, n) on top of `cache` (which grows by n). Returns logits (B, n or 1, V) in the
     model's dtype and the requested hidden states {layer: (B, n, H)}, numbered as transformers numbers
     them: 0 = the embeddings, i = after decoder layer i, the last = after the final norm."""
+    b, n = input_ids.shape
+    past = cache.get_seq_length()
+    positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)  # (1, n)
+    mask = causal_mask(past, n, input_ids.device)
+    groups = model.config.num_attention_heads // model.config.num_key_value_heads
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float) -> torch.Tensor:
+        k, v = cache.update(k, v, layer)  # (B, kv_heads, past+n, hd): the cache + the new keys
+        return attention(q, k, v, groups, mask, scale)
+
+    x, hidden = decoder(model, F.embedding(input_ids, model.model.embed_tokens.weight), positions, attend, hidden_layers)
+    if last_only:
+        x = x[:, -1:]
+    return model.lm_head(x), hidden
+
+
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, float], torch.Tensor]
+
+
+def decoder(model: LlamaForCausalLM, x: torch.Tensor, positions: torch.Tensor, attend: Attend,
+            hidden_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """The decoder layers and the final norm on embeddings x (B, n, H) at rotary `positions` (1 or B, n).
+
+    `attend(q, k, v, layer, scale)` gets the new rotated queries (B, heads, n, hd) and keys/values
+    (B, kv_heads, n, hd), stores the keys/values in its cache and returns the attention output
+    (B, heads, n, hd). `forward` above attends over one DynamicCache per sequence; the serving engine
+    packs many requests' tokens into one row and attends over its ragged cache (`serving/batch.py`).
+    """
     config = model.config
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     eps = config.rms_norm_eps
-    b, n = input_ids.shape
-    past = cache.get_seq_length()
-    positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)  # (1, n)
-
-    x = F.embedding(input_ids, model.model.embed_tokens.weight)  # (B, n, H)
+    b, n, _ = x.shape
     cos, sin = rotary_tables(model, positions, x.dtype)
-    mask = causal_mask(past, n, x.device)
     layers = model.model.layers
     hidden = {0: x} if 0 in hidden_layers else {}
     for i, layer in enumerate(layers):
@@ -103,8 +128,7 @@ def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tenso
         q = att.q_proj(h).view(b, n, heads, head_dim).transpose(1, 2)  # (B, heads, n, hd)
         k = att.k_proj(h).view(b, n, kv_heads, head_dim).transpose(1, 2)  # (B, kv_heads, n, hd)
         v = att.v_proj(h).view(b, n, kv_heads, head_dim).transpose(1, 2)
-        k, v = cache.update(rotate(k, cos, sin), v, i)  # (B, kv_heads, past+n, hd): the cache + the new keys
-        y = attention(rotate(q, cos, sin), k, v, heads // kv_heads, mask, att.scaling)  # (B, heads, n, hd)
+        y = attend(rotate(q, cos, sin), rotate(k, cos, sin), v, i, att.scaling)  # (B, heads, n, hd)
         x = x + att.o_proj(y.transpose(1, 2).reshape(b, n, heads * head_dim))
         h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
         x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
@@ -113,6 +137,4 @@ def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tenso
     x = rms_norm(x, model.model.norm.weight, eps)
     if len(layers) in hidden_layers:
         hidden[len(layers)] = x
-    if last_only:
-        x = x[:, -1:]
-    return model.lm_head(x), hidden
+    return x, hidden

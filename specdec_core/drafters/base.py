@@ -18,6 +18,12 @@ class Draft:
     tokens: list[int]  # at most k proposed token ids (may be empty: then the step is a plain AR step)
     q: torch.Tensor | None  # (len(tokens), V) draft distributions; None = deterministic one-hot proposals
     overhead_s: float = 0.0  # time spent *simulating* a drafter (sim's oracle), excluded from draft time
+    # confidence[i]: the drafter's estimate that tokens[i] survives verification given tokens[:i] did
+    # (a conditional survival a_i). Schedulers multiply them into prefix survival to choose how many
+    # drafts to verify. It must be computable *before* tokens[i] is drawn (e.g. the top probability of
+    # q[i], never q[i][tokens[i]]): a verify length that depends on the drafted token itself biases
+    # sampling (serving/schedulers.py). None: no estimate (schedulers then verify the whole draft).
+    confidence: list[float] | None = None
 
 
 class Drafter(ABC):
@@ -35,9 +41,19 @@ class Drafter(ABC):
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         """Propose up to k tokens that continue `context` (prompt + output so far)."""
 
-    def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor]) -> None:
-        """Told after verification: how many drafts were accepted, the tokens appended, and the
-        requested hidden states of the verification forward (layer -> (k+1, H))."""
+    @classmethod
+    def propose_batch(cls, drafters: list["Drafter"], contexts: list[list[int]], ks: list[int],
+                      params: list[SamplingParams], generators: list[torch.Generator]) -> list[Draft]:
+        """Propose for many requests at once, one drafter (one request's state) each. The serving
+        engine calls this once per step and drafter class; a model drafter overrides it with one
+        batched forward instead of a forward per request."""
+        return [d.propose(c, k, p, g) for d, c, k, p, g in zip(drafters, contexts, ks, params, generators)]
+
+    def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor],
+                verified: int | None = None) -> None:
+        """Told after verification: how many drafts were accepted, the tokens appended, the requested
+        hidden states of the verification forward (layer -> (verified+1, H)), and how many of the
+        proposed drafts were verified (None: all; a serving scheduler may verify fewer)."""
 
     def memory_bytes(self) -> int:
         """Bytes this drafter holds beyond the target (its own weights and caches)."""

@@ -20,16 +20,45 @@ from .base import Draft, Drafter
 PRIOR_ACCEPTED, PRIOR_EXAMINED = 1, 2
 
 
+class SurvivalStats:
+    """Running conditional survival per (match length n, draft position i): of the verified drafts at
+    position i that followed a surviving prefix, how many survived. A copied run tends to hold once it
+    has started, so a_2, a_3 … are usually far above a_1: one α per match length would undersell it.
+
+    The serving engine shares one table among all requests of a run (it learns from the population,
+    never from a prompt's text); a request decoded alone keeps its own.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[int, int], list[int]] = {}  # (n, i) -> [survived, reached]
+
+    def confidence(self, n: int, length: int) -> list[float]:
+        """a_1 .. a_length for a match of length n, each with a Beta(1, 1) prior."""
+        out = []
+        for i in range(1, length + 1):
+            survived, reached = self.counts.get((n, i), (0, 0))
+            out.append((survived + PRIOR_ACCEPTED) / (reached + PRIOR_EXAMINED))
+        return out
+
+    def update(self, n: int, verified: int, accepted: int) -> None:
+        for i in range(1, min(verified, accepted + 1) + 1):  # positions reached: up to the first rejection
+            counts = self.counts.setdefault((n, i), [0, 0])
+            counts[0] += i <= accepted
+            counts[1] += 1
+
+
 class NgramDrafter(Drafter):
     name = "ngram"
 
     def __init__(self, ngram_min: int = 1, ngram_max: int = 3,
-                 verify_ratios: dict[int, float] | None = None) -> None:
+                 verify_ratios: dict[int, float] | None = None, survival: SurvivalStats | None = None) -> None:
         """verify_ratios: d -> cost of verifying d drafts (d+1 tokens) over a plain 1-token step, measured
-        by the cost model; None drafts every match in full (`ngram-fixed`)."""
+        by the cost model; None drafts every match in full (`ngram-fixed`). survival: a table shared
+        with other requests (serving), else the drafter keeps its own."""
         self.ngram_min = ngram_min
         self.ngram_max = ngram_max
         self.verify_ratios = verify_ratios
+        self.shared_survival = survival
         if verify_ratios is None:
             self.name = "ngram-fixed"
         self.reset([])
@@ -38,6 +67,7 @@ class NgramDrafter(Drafter):
         # Per match length n: [accepted, examined] drafted positions (examined = accepted + the rejected one).
         self.stats = {n: [PRIOR_ACCEPTED, PRIOR_EXAMINED] for n in range(self.ngram_min, self.ngram_max + 1)}
         self.last_match: tuple[int, int] | None = None  # (n, drafted length) of the pending proposal
+        self.survival = self.shared_survival or SurvivalStats()
 
     def acceptance(self, n: int) -> float:
         accepted, examined = self.stats[n]
@@ -62,13 +92,16 @@ class NgramDrafter(Drafter):
                     proposal = proposal[:worth]
                 if proposal:
                     self.last_match = (n, len(proposal))
-                    return Draft(proposal, None)
+                    return Draft(proposal, None, confidence=self.survival.confidence(n, len(proposal)))
                 return Draft([], None)  # a match, but not worth verifying: a plain step
         return Draft([], None)  # nothing to copy: the loop takes a plain step instead of verifying padding
 
-    def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor]) -> None:
+    def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor],
+                verified: int | None = None) -> None:
         if self.last_match is None:
             return
         n, drafted = self.last_match
+        drafted = drafted if verified is None else verified  # unverified drafts are no evidence either way
+        self.survival.update(n, drafted, accepted)
         self.stats[n][0] += accepted
         self.stats[n][1] += accepted + (accepted < drafted)  # positions up to and including the first rejection

@@ -65,7 +65,8 @@ class SimulatedDrafter(Drafter):
             else:  # any token but the true one
                 wrong = int(torch.randint(self.vocab_size - 1, (), generator=self.rng))
                 tokens.append(wrong + (wrong >= true_token))
-        return Draft(tokens, None, overhead_s=overhead)
+        # Its confidence is what it is built to be: each draft right with probability hit_rate.
+        return Draft(tokens, None, overhead_s=overhead, confidence=[self.hit_rate] * len(tokens))
 
     def memory_bytes(self) -> int:
         return Target.cache_bytes(self.cache) if self.cache is not None else 0

@@ -63,7 +63,8 @@ class DraftModelDrafter(Drafter):
             qs.append(q)
             if i < k - 1:
                 logits = self._feed([token])
-        return Draft(tokens, torch.stack(qs) if qs else None)
+        # Confidence: q's top probability, known before the token is drawn (greedy: q of the drafted token).
+        return Draft(tokens, torch.stack(qs) if qs else None, confidence=[float(q.max()) for q in qs])
 
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for layer in self.cache.layers

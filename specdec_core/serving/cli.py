@@ -1,0 +1,91 @@
+"""The `load-test` and `profile --serving` commands (argparse namespace in, JSON file out)."""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import SpecDecError, ensure_writable
+from .costs import CostTable, measure_cost_table
+from .loadtest import LoadConfig, matched_throughput, run_load_test, workload
+
+
+def run_load_test_command(args) -> None:
+    from tqdm import tqdm
+
+    from ..models import load_model
+
+    ensure_writable(args.out)
+    if args.replay:
+        run_replay_command(args)
+        return
+    cfg = LoadConfig(concurrency=tuple(args.concurrency), schemes=tuple(args.schemes), drafter=args.drafter, k=args.k,
+                     threshold=args.threshold, arrival_rate=args.arrival_rate,
+                     requests_per_level=args.requests_per_level, max_new_tokens=args.max_new_tokens,
+                     force_ar=args.force_ar)
+    cfg.validate()
+    if args.requests_per_level < 1:
+        raise SpecDecError(f"requests-per-level must be >= 1 (got {args.requests_per_level})")
+    workload(args.prompts)  # a bad prompt file fails before the model loads
+    lm = load_model(args.model, args.device, args.dtype)
+    total = sum(cfg.requests_per_level * c for c in cfg.concurrency) * len(cfg.schemes)
+    with tqdm(total=total, desc="load-test", unit="req") as bar:
+        result = run_load_test(lm, cfg, bar, args.prompts)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(summary(result))
+
+
+def summary(result: dict) -> str:
+    lines = ["scheme           C  per-user tok/s  aggregate tok/s  TTFT s  p95 ITL s  verify tok  tau   identical"]
+    for r in result["runs"]:
+        lines.append(f"{r['scheme']:15s} {r['concurrency']:3d}  {r['per_user_tok_s']:14.2f}  {r['aggregate_tok_s']:15.2f}  "
+                     f"{r['ttft_s']:6.2f}  {r['p95_itl_s']:9.3f}  {r['mean_verify_tokens']:10.2f}  {r['tau']:4.2f}  "
+                     f"{r['identical_to_ar']}")
+    for m in result.get("matched_throughput_all") or []:
+        ratio = m["per_user_speedup"]
+        lines.append(f"matched throughput: {m['scheme']} per-user speed {'%.2fx' % ratio if ratio else 'null (under 3 levels overlap)'} "
+                     f"over {m['baseline']} ({len(m['levels'])} levels)")
+    if result.get("batched_ar_c1_over_single"):
+        lines.append(f"batched ar at concurrency 1 / single-request ar: {result['batched_ar_c1_over_single']:.3f}")
+    return "\n".join(lines)
+
+
+def run_replay_command(args) -> None:
+    from .loadtest import replay
+
+    try:
+        recorded = json.loads(args.replay.read_text())["records"]
+    except (OSError, ValueError, KeyError) as err:
+        raise SpecDecError(f"cannot read recorded drafts from {args.replay}: {err}")
+    if not args.costs:
+        raise SpecDecError("--replay needs --costs COST_JSON (from `profile --serving --out ...`)")
+    try:
+        costs = CostTable.load(args.costs)
+    except (OSError, ValueError, TypeError) as err:
+        raise SpecDecError(f"cannot read a serving cost table from {args.costs}: {err}")
+    runs = replay(recorded, costs, max_new_tokens=args.max_new_tokens, threshold=args.threshold)
+    result = {"simulated": True, "replayed_from": str(args.replay), "cost_table": costs.__dict__, "runs": runs,
+              "matched_throughput": matched_throughput(runs, "spec-hardware")}
+    args.out.write_text(json.dumps(result, indent=1))
+    for r in runs:
+        print(f"[simulated] {r['scheme']:15s} C={r['concurrency']:3d} per-user {r['per_user_tok_s']:.2f} tok/s, "
+              f"aggregate {r['aggregate_tok_s']:.2f} tok/s")
+    ratio = result["matched_throughput"]["per_user_speedup"]
+    print(f"[simulated] matched throughput spec-hardware/ar: {'%.2fx' % ratio if ratio else 'null'}", file=sys.stderr)
+
+
+def run_serving_profile(args) -> None:
+    from tqdm import tqdm
+
+    from ..models import load_model
+    from .costs import ROWS, TOKENS_PER_ROW
+
+    if args.out:
+        ensure_writable(args.out)
+    lm = load_model(args.model, args.device, args.dtype)
+    with tqdm(total=(args.repeats + 1) * len(ROWS) * len(TOKENS_PER_ROW), desc="serving costs", unit="fwd") as bar:
+        costs = measure_cost_table(lm, repeats=args.repeats, progress=bar.update)
+    print(f"{costs.machine}: packed forward seconds by requests x total tokens")
+    for g in costs.grid:
+        print(f"{g['rows']:4d} requests  {g['tokens']:4d} tokens  {1000 * g['seconds']:8.1f} ms")
+    if args.out:
+        costs.save(args.out)

@@ -1,0 +1,403 @@
+"""The load experiment: per-user speed against aggregate throughput, per scheme, as concurrency grows.
+
+For each concurrency level C, 4 × C requests cycle through one fixed workload (the suite's chat, qa
+and copy prompts in a seeded shuffle that spreads the categories evenly), arriving either closed-loop
+(C in flight: a request arrives when one finishes) or as a Poisson stream of rate λ. Levels run one
+after another and, within a level, the schemes run back to back on the same request list, so machine
+noise hits them alike. Metrics come from the steady state: the first C arrivals and the last C
+completions are left out (the batch is still filling up, or already draining).
+
+Definitions (every figure of the output):
+- per-user tokens/s = (output tokens - 1) / (last-token time - first-token time), median over requests;
+- TTFT = first token - arrival; inter-token latency = gaps between successive deliveries to a request
+  (a step that delivers 3 tokens is one gap), p50 and p95 over all gaps;
+- aggregate tokens/s = tokens delivered to anyone in the steady window / its length, the window running
+  from the first steady request's arrival to the last steady request's completion;
+- matched throughput: at each `ar` level's aggregate tokens/s, the scheme's per-user tokens/s linearly
+  interpolated between its two measured levels around it (never extrapolated), over `ar`'s; at least
+  3 `ar` levels must fall inside the scheme's range, otherwise the ratio is null.
+
+`replay` re-runs the schedulers on a run's recorded drafts (per step: proposal length, confidences and
+how many drafts matched the target) against another cost table, e.g. a GPU's, in simulated time.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import random
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from ..bench import PromptCase, load_prompts
+from ..decode import GenerationConfig, generate
+from ..drafters import Draft
+from ..errors import SpecDecError
+from ..models import LoadedModel, cache_dir
+from .costs import CostTable, measure_cost_table
+from .engine import Request, ServingEngine
+from .schedulers import Candidate, make_scheduler
+
+SCHEMES = ("ar", "spec-fixed", "spec-confidence", "spec-hardware")
+WORKLOAD_CATEGORIES = ("chat", "qa", "copy")
+PROMPTS_FILE = Path(__file__).resolve().parent.parent / "prompts" / "suite.jsonl"
+
+
+@dataclass
+class LoadConfig:
+    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    schemes: tuple[str, ...] = SCHEMES
+    drafter: str = "ngram"
+    k: int = 8
+    threshold: float = 0.5  # the confidence scheduler's prefix-survival threshold
+    arrival_rate: float | None = None  # requests/s (Poisson); None = closed loop at C in flight
+    requests_per_level: int = 4  # × C
+    max_new_tokens: int = 64
+    seed: int = 0
+    force_ar: bool = False  # the rollback switch: every scheme decodes plain AR
+
+    def validate(self) -> None:
+        unknown = [s for s in self.schemes if s not in SCHEMES and not s.startswith("mtp")]
+        if unknown:
+            raise SpecDecError(f"unknown scheme {unknown[0]!r}: choose from {', '.join(SCHEMES)}")
+        if not self.concurrency or min(self.concurrency) < 1 or max(self.concurrency) > 256:
+            raise SpecDecError("concurrency levels must be between 1 and 256")
+        if self.arrival_rate is not None and not self.arrival_rate > 0:
+            raise SpecDecError(f"arrival rate must be > 0 requests/s (got {self.arrival_rate})")
+        if not 1 <= self.k <= 16:
+            raise SpecDecError(f"k must be between 1 and 16 (got {self.k})")
+        if not 0 < self.threshold < 1:
+            raise SpecDecError(f"threshold must be in (0, 1) (got {self.threshold})")
+
+
+# --- workload -----------------------------------------------------------------------------------
+
+
+def workload(path: Path = PROMPTS_FILE, categories=WORKLOAD_CATEGORIES, seed: int = 0) -> list[PromptCase]:
+    """The suite's prompts of `categories` in one seeded order that spreads every category evenly
+    (the file lists its 10 copy prompts first; file order would make the first levels all copy)."""
+    rng = random.Random(seed)
+    cases = [c for c in load_prompts(path) if c.category in categories and len(c.turns) == 1]
+    if not cases:
+        raise SpecDecError(f"no single-turn prompts of {', '.join(categories)} in {path}")
+    keyed = []
+    for category in categories:
+        group = [c for c in cases if c.category == category]
+        rng.shuffle(group)
+        # Each prompt's place is its quantile within its category, jittered: the merge alternates them.
+        keyed += [((i + rng.random()) / len(group), c) for i, c in enumerate(group)]
+    return [c for _, c in sorted(keyed, key=lambda kc: kc[0])]
+
+
+def scheme_config(scheme: str, cfg: LoadConfig) -> tuple[GenerationConfig, str]:
+    """(generation config, scheduler name) of a scheme."""
+    base = GenerationConfig(mode="ar", drafter=cfg.drafter, k=cfg.k, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+    if scheme == "ar":
+        return base, "fixed"
+    if scheme == "mtp1":  # the same drafter, one draft verified per step: the MTP-1 production baseline
+        return replace(base, mode="spec", k=1), "fixed"
+    return replace(base, mode="spec"), scheme.split("-", 1)[1]
+
+
+# --- one level of one scheme --------------------------------------------------------------------
+
+
+def run_level(lm: LoadedModel, scheme: str, concurrency: int, cases: list[PromptCase], cfg: LoadConfig,
+              costs: CostTable, progress=None) -> tuple[list[Request], ServingEngine]:
+    config, scheduler = scheme_config(scheme, cfg)
+    engine = ServingEngine(lm, make_scheduler(scheduler, cfg.threshold), costs, force_ar=cfg.force_ar)
+    total = cfg.requests_per_level * concurrency
+    order = [cases[i % len(cases)] for i in range(total)]
+    start = engine.clock()
+    if cfg.arrival_rate:  # open loop: Poisson arrivals, the same seeded times for every scheme
+        rng = random.Random(cfg.seed + concurrency)
+        t = start
+        for case in order:
+            engine.submit([{"role": "user", "content": case.turns[0]}], config, arrival_s=t)
+            t += rng.expovariate(cfg.arrival_rate)
+        engine.run(progress)
+    else:  # closed loop: C in flight, the next one arrives when one finishes
+        submitted = 0
+        for _ in range(min(concurrency, total)):
+            engine.submit([{"role": "user", "content": order[submitted].turns[0]}], config, arrival_s=start)
+            submitted += 1
+        while not engine.idle:
+            for request in engine.step():
+                if progress:
+                    progress(request)
+                if submitted < total:
+                    engine.submit([{"role": "user", "content": order[submitted].turns[0]}], config)
+                    submitted += 1
+    requests = sorted(engine.finished, key=lambda r: r.id)
+    errors = [r.error for r in requests if r.error]
+    if errors:
+        raise SpecDecError(f"a load-test request was refused: {errors[0]}")
+    for request, case in zip(requests, order):
+        request.case_id = case.id  # type: ignore[attr-defined]
+    return requests, engine
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    position = q * (len(values) - 1)
+    low = int(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+def level_metrics(requests: list[Request], concurrency: int, engine: ServingEngine | None = None) -> dict:
+    """The run's figures from its steady-state requests (see the module docstring)."""
+    by_finish = sorted(requests, key=lambda r: r.finish_s)
+    excluded = {r.id for r in sorted(requests, key=lambda r: (r.arrival_s, r.id))[:concurrency]}
+    excluded |= {r.id for r in by_finish[len(by_finish) - concurrency:]}
+    steady = [r for r in requests if r.id not in excluded] or requests  # tiny runs: use them all
+    per_user, ttft, gaps = [], [], []
+    for r in steady:
+        times = [t for t, n in r.deliveries if n > 0]
+        if len(r.output_ids) > 1 and times[-1] > times[0]:
+            per_user.append((len(r.output_ids) - 1) / (times[-1] - times[0]))
+        ttft.append(times[0] - r.arrival_s)
+        gaps += [b - a for a, b in zip(times, times[1:])]
+    window_start = min(r.arrival_s for r in steady)
+    window_end = max(r.finish_s for r in steady)
+    delivered = sum(n for r in requests for t, n in r.deliveries if window_start <= t <= window_end)
+    records = [s for r in steady for s in r.records]
+    drafting = [s for s in records if s.verified]
+    k_max = max((s.verified for s in records), default=0)
+    offered = [sum(s.verified >= i for s in drafting) for i in range(1, k_max + 1)]
+    accepted_at = [sum(s.verified >= i and s.accepted >= i for s in drafting) for i in range(1, k_max + 1)]
+    decisions: dict[int, int] = {}
+    for s in records:
+        decisions[s.verified] = decisions.get(s.verified, 0) + 1
+    num_draft_tokens = sum(s.verified for s in drafting)
+    num_accepted = sum(s.accepted for s in drafting)
+    return {
+        "num_requests": len(requests), "steady_requests": len(steady),
+        "per_user_tok_s": statistics.median(per_user) if per_user else 0.0,
+        "ttft_s": statistics.median(ttft), "p50_itl_s": _percentile(gaps, 0.5), "p95_itl_s": _percentile(gaps, 0.95),
+        "aggregate_tok_s": delivered / (window_end - window_start) if window_end > window_start else 0.0,
+        "mean_verify_tokens": 1 + num_draft_tokens / len(records) if records else 1.0,  # per request per step
+        "tau": sum(s.emitted for s in records) / len(records) if records else 0.0,
+        "num_drafts": len(drafting), "num_draft_tokens": num_draft_tokens, "num_accepted_tokens": num_accepted,
+        "accepted_per_pos": [a / o if o else 0.0 for a, o in zip(accepted_at, offered)],
+        "rollback_rate": sum(s.accepted < s.verified for s in drafting) / len(drafting) if drafting else 0.0,
+        "kv_entries_discarded": num_draft_tokens - num_accepted,
+        "scheduler_decisions": {str(k): v for k, v in sorted(decisions.items())},
+        "verify_s": sum(s.seconds - s.draft_s for s in engine.steps) if engine else 0.0,
+        "draft_s": sum(s.draft_s for s in engine.steps) if engine else 0.0,
+        "prefill_s": sum(s.prefill_s for s in engine.steps) if engine else 0.0,
+    }
+
+
+# --- matched throughput -------------------------------------------------------------------------
+
+
+def matched_throughput(runs: list[dict], scheme: str, baseline: str = "ar") -> dict:
+    """Per-user speedup of `scheme` over `baseline` at equal aggregate throughput (module docstring)."""
+    base = sorted((r for r in runs if r["scheme"] == baseline), key=lambda r: r["aggregate_tok_s"])
+    curve = sorted(((r["aggregate_tok_s"], r["per_user_tok_s"]) for r in runs if r["scheme"] == scheme))
+    levels = []
+    for b in base:
+        a = b["aggregate_tok_s"]
+        for (a0, u0), (a1, u1) in zip(curve, curve[1:]):
+            if a0 <= a <= a1 and a1 > a0:
+                u = u0 + (u1 - u0) * (a - a0) / (a1 - a0)
+                levels.append({"concurrency": b["concurrency"], "aggregate_tok_s": a, "baseline_per_user_tok_s": b["per_user_tok_s"],
+                               "scheme_per_user_tok_s": u, "ratio": u / b["per_user_tok_s"]})
+                break
+    ratio = statistics.median(l["ratio"] for l in levels) if len(levels) >= 3 else None
+    return {"scheme": scheme, "baseline": baseline, "per_user_speedup": ratio, "levels": levels}
+
+
+# --- references and the whole experiment --------------------------------------------------------
+
+
+def reference_outputs(lm: LoadedModel, cases: list[PromptCase], max_new_tokens: int, progress=None) -> dict[str, list[int]]:
+    """Each prompt's single-request greedy `ar` output (`decode.generate`), cached on disk per model."""
+    out = {}
+    for case in cases:
+        messages = [{"role": "user", "content": case.turns[0]}]
+        ids = lm.encode(messages)
+        key = hashlib.sha256(json.dumps([lm.name, str(lm.dtype), ids, max_new_tokens]).encode()).hexdigest()[:20]
+        path = cache_dir() / "loadtest-refs" / f"{key}.json"
+        if path.exists():
+            out[case.id] = json.loads(path.read_text())
+        else:
+            out[case.id] = generate(lm, ids, GenerationConfig(mode="ar", max_new_tokens=max_new_tokens)).token_ids
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(out[case.id]))
+        if progress:
+            progress()
+    return out
+
+
+def single_request_ar(lm: LoadedModel, cases: list[PromptCase], cfg: LoadConfig) -> float:
+    """Median tokens/s of the plain one-request loop on `cases` (against batched `ar` at concurrency 1)."""
+    speeds = []
+    for case in cases:
+        result = generate(lm, [{"role": "user", "content": case.turns[0]}],
+                          GenerationConfig(mode="ar", max_new_tokens=cfg.max_new_tokens, seed=cfg.seed))
+        first = result.trace.steps[0].verify_s
+        decode_s = result.trace.timing["wall_s"] - first
+        if len(result.token_ids) > 1 and decode_s > 0:
+            speeds.append((len(result.token_ids) - 1) / decode_s)
+    return statistics.median(speeds)
+
+
+def run_load_test(lm: LoadedModel, cfg: LoadConfig, bar=None, prompts: Path = PROMPTS_FILE,
+                  costs: CostTable | None = None) -> dict:
+    """The whole experiment (module docstring). `costs`: a cost table measured earlier in this process
+    (e.g. a small grid for a short live run); by default the full grid is measured first, in the run's time."""
+    cfg.validate()
+    started = time.perf_counter()
+    cases = workload(prompts, seed=cfg.seed)
+    costs = costs or measure_cost_table(lm, drafters=(cfg.drafter,) if cfg.drafter.startswith("ngram") else ())
+    cost_s = time.perf_counter() - started
+    used = {cases[i % len(cases)].id: cases[i % len(cases)] for i in range(cfg.requests_per_level * max(cfg.concurrency))}
+    references = reference_outputs(lm, list(used.values()), cfg.max_new_tokens)
+    runs, records = [], {}
+    single = None
+    for concurrency in cfg.concurrency:
+        for scheme in cfg.schemes:
+            requests, engine = run_level(lm, scheme, concurrency, cases, cfg, costs,
+                                         progress=(lambda _: bar.update(1)) if bar else None)
+            identical = sum(r.output_ids == references[r.case_id] for r in requests)
+            config, scheduler = scheme_config(scheme, cfg)
+            runs.append({"scheme": scheme, "drafter": cfg.drafter if config.mode == "spec" else None,
+                         "scheduler": scheduler, "k": config.k if config.mode == "spec" else 0,
+                         "concurrency": concurrency, "arrival_rate": cfg.arrival_rate,
+                         **level_metrics(requests, concurrency, engine),
+                         "identical_to_ar": f"{identical}/{len(requests)}"})
+            if scheme == "spec-fixed":
+                records[str(concurrency)] = [{"prompt_tokens": len(r.prompt_ids),
+                                              "steps": [[s.drafted, s.survived, [round(c, 4) for c in s.confidence]]
+                                                        for s in r.records]} for r in requests]
+            if concurrency == 1 and scheme == "ar" and not cfg.arrival_rate:
+                single = single_request_ar(lm, [r_case for r_case in (cases[i % len(cases)] for i in range(len(requests)))], cfg)
+    result = {
+        "environment": environment(lm, costs, cost_s, time.perf_counter() - started),
+        "config": {**cfg.__dict__, "concurrency": list(cfg.concurrency), "schemes": list(cfg.schemes)},
+        "runs": runs,
+        "single_request_ar_tok_s": single,
+        "batched_ar_c1_over_single": (next((r["per_user_tok_s"] for r in runs if r["scheme"] == "ar" and r["concurrency"] == 1), 0.0)
+                                      / single) if single else None,
+        "matched_throughput": matched_throughput(runs, "spec-hardware") if "spec-hardware" in cfg.schemes and "ar" in cfg.schemes else None,
+        "matched_throughput_all": [matched_throughput(runs, s) for s in cfg.schemes if s != "ar" and "ar" in cfg.schemes],
+        "matched_throughput_vs": {b: matched_throughput(runs, "spec-hardware", b) for b in cfg.schemes
+                                  if b.startswith("mtp") and "spec-hardware" in cfg.schemes},
+        "cost_table": costs.__dict__,
+        "records": {"scheme": "spec-fixed", "k": cfg.k, "drafter": cfg.drafter, "levels": records,
+                    "format": "per request: prompt_tokens and, per step, [drafted, drafts matching the target, confidences]"},
+    }
+    return result
+
+
+def environment(lm: LoadedModel, costs: CostTable, cost_s: float, wall_s: float) -> dict:
+    return {"model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""),
+            "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+            "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "cost_table_s": round(cost_s, 1),
+            "wall_s": round(wall_s, 1), "machine": costs.machine}
+
+
+# --- replay: the schedulers on recorded drafts, in simulated time --------------------------------
+
+
+@dataclass
+class _Replayed:
+    """One recorded request walking through its greedy output. Recorded step s starts at output
+    position starts[s] and, verified in full, emits 1 + matched[s] tokens, which tile the output."""
+
+    id: int
+    prompt_tokens: int
+    steps: list  # [drafted, matched, confidences]
+    starts: list[int]
+    position: int = 1  # tokens emitted so far (the prefill gave the first)
+
+    def draft_here(self) -> tuple[Draft, int]:
+        """The proposal at the current position and how many of its drafts match the target: the rest
+        of the recorded proposal when a scheduler verified less of it than the record did."""
+        s = max(i for i, start in enumerate(self.starts) if start <= self.position)
+        drafted, matched, confidence = self.steps[s]
+        offset = self.position - self.starts[s]
+        return Draft([0] * max(0, drafted - offset), None, confidence=confidence[offset:drafted]), max(0, matched - offset)
+
+    @property
+    def end(self) -> int:
+        return self.starts[-1] + 1 + self.steps[-1][1]
+
+
+def replay(recorded: dict, costs: CostTable, schemes=("ar", "spec-fixed", "spec-hardware"), threshold: float = 0.5,
+           max_new_tokens: int = 64) -> list[dict]:
+    """Re-run schemes on a run's recorded greedy drafts against `costs`, closed loop, in simulated time.
+
+    Every figure it returns is simulated (and labelled so): nothing is decoded, each step costs what
+    the table says a forward of its shape costs, and each request gains 1 + min(verified, matched).
+    """
+    out = []
+    for level, requests in recorded["levels"].items():
+        concurrency = int(level)
+        for scheme in schemes:
+            scheduler = make_scheduler(scheme.split("-", 1)[1], threshold) if scheme != "ar" else None
+            queue = []
+            for i, r in enumerate(requests):
+                starts = [1]
+                for drafted, matched, _ in r["steps"][:-1]:
+                    starts.append(starts[-1] + 1 + min(drafted, matched))
+                queue.append(_Replayed(i, r["prompt_tokens"], r["steps"], starts))
+            now, active, finished = 0.0, [], []
+            arrivals: dict[int, float] = {}
+            deliveries: dict[int, list[tuple[float, int]]] = {}
+            while queue or active:
+                while queue and len(active) < concurrency:
+                    r = queue.pop(0)
+                    arrivals[r.id] = now
+                    now += costs.verify_s(1, r.prompt_tokens)  # its prefill, before the next decode step
+                    deliveries[r.id] = [(now, 1)]
+                    active.append(r)
+                proposals = [r.draft_here() for r in active]
+                limits = [min(recorded["k"], max_new_tokens - r.position - 1) for r in active]
+                if scheduler is None:
+                    lengths = [0] * len(active)
+                else:
+                    lengths = scheduler.verify_lengths([Candidate(d, limit) for (d, _), limit in zip(proposals, limits)],
+                                                       costs, costs.draft_s(recorded.get("drafter", "ngram"), len(active)))
+                now += costs.verify_s(len(active), len(active) + sum(lengths))
+                for r, (_, matched), n in zip(list(active), proposals, lengths):
+                    gained = min(1 + min(n, matched), max_new_tokens - r.position)
+                    r.position += gained
+                    deliveries[r.id].append((now, gained))
+                    if r.position >= min(max_new_tokens, r.end):
+                        active.remove(r)
+                        finished.append(_SimRequest(r.id, arrivals[r.id], now, deliveries[r.id]))
+            out.append({"scheme": scheme, "concurrency": concurrency, "simulated": True,
+                        **_sim_metrics(finished, concurrency)})
+    return out
+
+@dataclass
+class _SimRequest:
+    id: int
+    arrival_s: float
+    finish_s: float
+    deliveries: list
+
+
+def _sim_metrics(requests: list[_SimRequest], concurrency: int) -> dict:
+    by_finish = sorted(requests, key=lambda r: r.finish_s)
+    excluded = {r.id for r in requests[:concurrency]} | {r.id for r in by_finish[len(by_finish) - concurrency:]}
+    steady = [r for r in requests if r.id not in excluded] or requests
+    per_user = []
+    for r in steady:
+        tokens = sum(n for _, n in r.deliveries)
+        span = r.deliveries[-1][0] - r.deliveries[0][0]
+        if tokens > 1 and span > 0:
+            per_user.append((tokens - 1) / span)
+    start, end = min(r.arrival_s for r in steady), max(r.finish_s for r in steady)
+    delivered = sum(n for r in requests for t, n in r.deliveries if start <= t <= end)
+    return {"per_user_tok_s": statistics.median(per_user) if per_user else 0.0,
+            "aggregate_tok_s": delivered / (end - start) if end > start else 0.0}
