@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8501
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-notebooks app bench bench-full lab notebooks lesson-outputs traces browser clean
+.PHONY: setup test test-notebooks app bench bench-full load-test lab notebooks lesson-outputs traces browser clean
 
 setup: $(STAMP)
 
@@ -71,6 +71,12 @@ bench-full: setup
 	$(BENCH) report benchmarks/results-suite-cpu.json benchmarks/results-suite-k8-16-cpu.json benchmarks/sweep-k-cpu.json \
 		benchmarks/sweep-temperature-cpu.json benchmarks/dynamic-k-cpu.json benchmarks/parity-ar-cpu.json \
 		benchmarks/free-text-k4-repeats-cpu.json benchmarks/categories-k4-8-repeats-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report.html
+
+# The serving experiment (python -m specdec_core load-test --help): ar / spec-fixed / spec-confidence /
+# spec-hardware with the n-gram drafter at concurrency 1..32, per-user speed vs aggregate throughput,
+# matched-throughput speedup; the shipped results the app's "When does it pay?" page and lessons 7/12 read.
+load-test: setup
+	$(BENCH) load-test --out benchmarks/load-cpu.json
 
 lab: setup
 	$(PY) -m jupyter lab notebooks

@@ -6,7 +6,9 @@
 # script, which stages the part in $STAGE and, once every part is there, installs the wheels and runs:
 #   1. the cost model in bf16: forward time over new tokens x batch size, draft steps, copy bandwidth;
 #   2. the suite (every 3rd prompt: all 10 categories) x every drafter and the hf:* peers at k = 4,
-#      timed with CUDA synchronisation, greedy, 64 tokens, interleaved per prompt.
+#      timed with CUDA synchronisation, greedy, 64 tokens, interleaved per prompt;
+#   3. the serving cost grid (packed batched forwards, 1..256 requests x 1..9 tokens each), for
+#      `load-test --replay benchmarks/load-cpu.json --costs serving-cost-gpu.json` here (simulated curves).
 # Results land in $OUT (the device tool brings them back); run `python -m specdec_core report` here.
 # Budget: <= 8 minutes on the H200. Rehearse on a CPU with SPECDEC_GPU_DEVICE=cpu SPECDEC_GPU_DTYPE=float32.
 set -euo pipefail
@@ -68,4 +70,6 @@ timeout 120 $B profile --device "$DEVICE" --dtype "$DTYPE" --batch 1,2,4,8,16 --
     | tee "$OUT/cost-gpu.txt" || echo "profile did not finish"
 timeout 270 $B bench --device "$DEVICE" --dtype "$DTYPE" --prompts "$prompts" --modes "$MODES" --k 4 \
     --out "$OUT/results-suite-gpu.json" | tee "$OUT/results-suite-gpu.txt" || echo "bench did not finish"
+timeout 90 $B profile --serving --device "$DEVICE" --dtype "$DTYPE" --rows 1,2,4,8,16,32,64,128,256 --repeats 3 \
+    --out "$OUT/serving-cost-gpu.json" | tee "$OUT/serving-cost-gpu.txt" || echo "serving profile did not finish"
 ls -l "$OUT"

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .costmodel import measured_verify_ratios
-from .errors import SpecDecError
+from .errors import SpecDecError, ensure_writable
 from .decode import MODES, GenerationConfig, generate
 from .drafters import DRAFTERS, early_exit_model
 from .metrics import matching_prefix, peak_rss_bytes

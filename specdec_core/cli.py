@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeats", type=int, default=5)
     pr.add_argument("--serving", action="store_true",
                     help="measure the serving cost table instead (packed batched forwards: requests x total tokens)")
+    pr.add_argument("--rows", type=_csv(int), default=[1, 2, 4, 8, 16, 32], help="--serving: requests per forward")
     pr.add_argument("--out", type=Path, help="write the cost model as JSON")
 
     rp = sub.add_parser("report", help="write an offline HTML report + Markdown summary from bench results")
@@ -93,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--cost", type=Path, help="a cost model JSON from `profile --out`")
 
     lt = sub.add_parser("load-test", help="serve many requests at once: per-user speed vs aggregate throughput per scheme")
-    lt.add_argument("--concurrency", type=_csv(int), default=[1, 2, 4, 8, 16, 32], help="closed-loop levels (requests in flight)")
+    lt.add_argument("--concurrency", type=_csv(int), default=None,
+                    help="closed-loop levels (requests in flight), default 1,2,4,8,16,32 (with --replay: the recorded ones)")
     lt.add_argument("--schemes", type=_csv(str), default=["ar", "spec-fixed", "spec-confidence", "spec-hardware"],
                     help="comma list of ar, spec-fixed, spec-confidence, spec-hardware, mtp1")
     lt.add_argument("--drafter", default="ngram", help="the spec schemes' drafter (default ngram)")

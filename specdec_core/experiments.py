@@ -228,6 +228,33 @@ def _sampling_acceptance(lm: LoadedModel) -> tuple[float, dict]:
                                                "observed": counts.get(t, 0) / trials} for t in top]}
 
 
+def _batching_gain(lm: LoadedModel, concurrency: int = 8, rounds: int = 2, new_tokens: int = 32) -> tuple[float, dict]:
+    """What batching alone buys: plain one-token-per-step serving (`ar` in `specdec_core.serving`,
+    closed loop, no drafts) delivers how many times more tokens per second in total with `concurrency`
+    requests in flight than with one. Levels interleaved (1, C, 1, C: machine noise hits both alike);
+    each counts every token of its requests over their whole run, first arrival to last completion,
+    prefills included. ~25 s on a slow 2-core CPU."""
+    from .serving.loadtest import LoadConfig, run_level, workload
+
+    cases = workload()
+    pooled = {1: [0, 0.0], concurrency: [0, 0.0]}  # tokens, seconds
+    speeds: dict[int, list[float]] = {1: [], concurrency: []}
+    for _ in range(rounds):
+        for c, per_level in ((1, 2), (concurrency, 1)):
+            cfg = LoadConfig(concurrency=(c,), schemes=("ar",), requests_per_level=per_level, max_new_tokens=new_tokens)
+            requests, _ = run_level(lm, "ar", c, cases, cfg, costs=None)
+            pooled[c][0] += sum(len(r.output_ids) for r in requests)
+            pooled[c][1] += max(r.finish_s for r in requests) - min(r.arrival_s for r in requests)
+            speeds[c] += [(len(r.output_ids) - 1) / (r.deliveries[-1][0] - r.deliveries[0][0])
+                          for r in requests if len(r.output_ids) > 1 and r.deliveries[-1][0] > r.deliveries[0][0]]
+    aggregate = {c: tokens / seconds for c, (tokens, seconds) in pooled.items()}
+    per_user = {c: statistics.median(v) for c, v in speeds.items()}
+    return aggregate[concurrency] / aggregate[1], {
+        "aggregate_tok_s": {str(c): v for c, v in aggregate.items()}, "per_user_tok_s": {str(c): v for c, v in per_user.items()},
+        "tokens": {str(c): v[0] for c, v in pooled.items()}, "per_user_ratio": per_user[concurrency] / per_user[1],
+        "scheme": "ar", "concurrency": concurrency, "rounds": rounds, "max_new_tokens": new_tokens}
+
+
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sim_tau_a07_k4", {"zh": "模拟草稿（命中率 0.7，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.7, k=4)"},
                "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4)),
@@ -275,6 +302,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sampling_acceptance_real_pq", {"zh": "引擎的 verify_sampled 在真实 p（温度 1.0）与 q（温度 0.7）上的接受率",
                                                "en": "Acceptance rate of the engine's verify_sampled on a real p (temperature 1.0) and q (temperature 0.7)"},
                "fraction", _sampling_acceptance),
+    Experiment("serving_batching_gain_c8", {"zh": "逐 token 服务（ar，闭环）在 8 个请求同时在途时的总吞吐，相对 1 个请求时的倍数",
+                                            "en": "Aggregate tokens/s of one-token-per-step serving (ar, closed loop) at 8 requests in flight over 1"},
+               "x", _batching_gain),
 ]}
 
 

@@ -6,7 +6,7 @@ import sys
 
 from ..errors import SpecDecError, ensure_writable
 from .costs import CostTable, measure_cost_table
-from .loadtest import LoadConfig, matched_throughput, run_load_test, workload
+from .loadtest import LoadConfig, dumps, matched_throughput, run_load_test, workload
 
 
 def run_load_test_command(args) -> None:
@@ -15,6 +15,8 @@ def run_load_test_command(args) -> None:
     from ..models import load_model
 
     ensure_writable(args.out)
+    args.concurrency_given = args.concurrency is not None
+    args.concurrency = args.concurrency or [1, 2, 4, 8, 16, 32]
     if args.replay:
         run_replay_command(args)
         return
@@ -30,7 +32,7 @@ def run_load_test_command(args) -> None:
     total = sum(cfg.requests_per_level * c for c in cfg.concurrency) * len(cfg.schemes)
     with tqdm(total=total, desc="load-test", unit="req") as bar:
         result = run_load_test(lm, cfg, bar, args.prompts)
-    args.out.write_text(json.dumps(result, indent=1))
+    args.out.write_text(dumps(result))
     print(summary(result))
 
 
@@ -62,7 +64,9 @@ def run_replay_command(args) -> None:
         costs = CostTable.load(args.costs)
     except (OSError, ValueError, TypeError) as err:
         raise SpecDecError(f"cannot read a serving cost table from {args.costs}: {err}")
-    runs = replay(recorded, costs, max_new_tokens=args.max_new_tokens, threshold=args.threshold)
+    levels = tuple(args.concurrency) if args.concurrency_given else None
+    runs = replay(recorded, costs, max_new_tokens=args.max_new_tokens, threshold=args.threshold, concurrency=levels,
+                  requests_per_level=args.requests_per_level)
     result = {"simulated": True, "replayed_from": str(args.replay), "cost_table": costs.__dict__, "runs": runs,
               "matched_throughput": matched_throughput(runs, "spec-hardware")}
     args.out.write_text(json.dumps(result, indent=1))
@@ -77,13 +81,13 @@ def run_serving_profile(args) -> None:
     from tqdm import tqdm
 
     from ..models import load_model
-    from .costs import ROWS, TOKENS_PER_ROW
+    from .costs import TOKENS_PER_ROW
 
     if args.out:
         ensure_writable(args.out)
     lm = load_model(args.model, args.device, args.dtype)
-    with tqdm(total=(args.repeats + 1) * len(ROWS) * len(TOKENS_PER_ROW), desc="serving costs", unit="fwd") as bar:
-        costs = measure_cost_table(lm, repeats=args.repeats, progress=bar.update)
+    with tqdm(total=(args.repeats + 1) * len(args.rows) * len(TOKENS_PER_ROW), desc="serving costs", unit="fwd") as bar:
+        costs = measure_cost_table(lm, rows=tuple(args.rows), repeats=args.repeats, progress=bar.update)
     print(f"{costs.machine}: packed forward seconds by requests x total tokens")
     for g in costs.grid:
         print(f"{g['rows']:4d} requests  {g['tokens']:4d} tokens  {1000 * g['seconds']:8.1f} ms")

@@ -46,10 +46,10 @@ class CostTable:
         for (t0, s0), (t1, s1) in zip(points, points[1:]):
             if t0 <= tokens <= t1:
                 return s0 + (s1 - s0) * (tokens - t0) / (t1 - t0)
-        if tokens < points[0][0]:
-            return points[0][1]
-        (t0, s0), (t1, s1) = points[-2], points[-1]  # past the grid: extend the last slope
-        return s1 + (s1 - s0) * (tokens - t1) / (t1 - t0)
+        # Off the grid (fewer tokens than this row count can carry when interpolating between row counts,
+        # or more than measured): extend the nearest segment's slope.
+        (t0, s0), (t1, s1) = points[:2] if tokens < points[0][0] else points[-2:]
+        return max(0.0, s1 + (s1 - s0) * (tokens - t1) / (t1 - t0))
 
     def draft_s(self, drafter: str, requests: int) -> float:
         """Seconds to draft for `requests` requests in one step (proposals run one after another)."""

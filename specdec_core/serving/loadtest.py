@@ -298,6 +298,14 @@ def run_load_test(lm: LoadedModel, cfg: LoadConfig, bar=None, prompts: Path = PR
     return result
 
 
+def dumps(result: dict) -> str:
+    """The results as indented JSON, except the recorded drafts, which stay on one line (they are bulk)."""
+    head = json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1)
+    if "records" not in result:
+        return head
+    return head[:-2] + ',\n "records": ' + json.dumps(result["records"], separators=(",", ":")) + "\n}"
+
+
 def environment(lm: LoadedModel, costs: CostTable, cost_s: float, wall_s: float) -> dict:
     return {"model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""),
             "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
@@ -333,15 +341,20 @@ class _Replayed:
 
 
 def replay(recorded: dict, costs: CostTable, schemes=("ar", "spec-fixed", "spec-hardware"), threshold: float = 0.5,
-           max_new_tokens: int = 64) -> list[dict]:
+           max_new_tokens: int = 64, concurrency: tuple[int, ...] | None = None, requests_per_level: int = 4) -> list[dict]:
     """Re-run schemes on a run's recorded greedy drafts against `costs`, closed loop, in simulated time.
 
-    Every figure it returns is simulated (and labelled so): nothing is decoded, each step costs what
-    the table says a forward of its shape costs, and each request gains 1 + min(verified, matched).
+    Greedy drafts and their matches depend on the text, not on the load, so the recorded requests of
+    every level form one pool, and any concurrency can be replayed (requests_per_level × C of them,
+    cycling through the pool; by default the recorded levels). Every figure it returns is simulated
+    (and labelled so): nothing is decoded, each step costs what the table says a forward of its
+    shape costs, and each request gains 1 + min(verified, matched) tokens.
     """
+    pool = [r for level in recorded["levels"].values() for r in level if r["steps"]]
+    levels = concurrency or tuple(int(c) for c in recorded["levels"])
     out = []
-    for level, requests in recorded["levels"].items():
-        concurrency = int(level)
+    for concurrency in levels:
+        requests = [pool[i % len(pool)] for i in range(requests_per_level * concurrency)]
         for scheme in schemes:
             scheduler = make_scheduler(scheme.split("-", 1)[1], threshold) if scheme != "ar" else None
             queue = []
@@ -378,6 +391,7 @@ def replay(recorded: dict, costs: CostTable, schemes=("ar", "spec-fixed", "spec-
             out.append({"scheme": scheme, "concurrency": concurrency, "simulated": True,
                         **_sim_metrics(finished, concurrency)})
     return out
+
 
 @dataclass
 class _SimRequest:
