@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts" / "suite.jsonl")
     lt.add_argument("--replay", type=Path, metavar="LOAD_JSON",
                     help="re-run the schedulers on this load-test's recorded drafts (simulated time)")
-    lt.add_argument("--costs", type=Path, help="with --replay: a serving cost table from `profile --serving`")
+    lt.add_argument("--costs", type=Path,
+                    help="with --replay: a serving cost table (`profile --serving --out`) or a load-test JSON (its own table)")
     lt.add_argument("--model", default="smollm2-135m")
     lt.add_argument("--device", default="auto")
     lt.add_argument("--dtype", default="auto")

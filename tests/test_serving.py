@@ -421,3 +421,13 @@ def test_batch_server_gives_each_caller_its_single_request_result(tiny):
     assert server.forwards_shared > 0
     with pytest.raises(sd.SpecDecError, match="batch server decodes"):
         list(server.stream([5, 6], sd.GenerationConfig(mode="jacobi")))
+
+
+def test_cost_table_is_monotone_in_tokens_and_interpolates():
+    from specdec_core.serving.costs import monotone
+
+    assert monotone([0.13, 0.10, 0.12, 0.13]) == pytest.approx([0.115, 0.115, 0.12, 0.13])
+    assert monotone([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    linear = table(lambda rows, tokens: 0.5 + 0.1 * tokens)
+    assert linear.verify_s(3, 7) == pytest.approx(1.2)  # between row counts 2 and 4, off-grid tokens
+    assert linear.verify_s(64, 64) == pytest.approx(2 * (0.5 + 0.1 * 32))  # past the grid: scaled by rows

@@ -61,8 +61,9 @@ def run_replay_command(args) -> None:
     if not args.costs:
         raise SpecDecError("--replay needs --costs COST_JSON (from `profile --serving --out ...`)")
     try:
-        costs = CostTable.load(args.costs)
-    except (OSError, ValueError, TypeError) as err:
+        data = json.loads(args.costs.read_text())
+        costs = CostTable.from_dict(data.get("cost_table", data))  # a cost table, or a load-test's own
+    except (OSError, ValueError, TypeError, AttributeError) as err:
         raise SpecDecError(f"cannot read a serving cost table from {args.costs}: {err}")
     levels = tuple(args.concurrency) if args.concurrency_given else None
     runs = replay(recorded, costs, max_new_tokens=args.max_new_tokens, threshold=args.threshold, concurrency=levels,

@@ -32,13 +32,17 @@ class CostTable:
 
     def verify_s(self, rows: int, tokens: int) -> float:
         """Seconds of one forward carrying `tokens` token rows for `rows` requests (tokens >= rows):
-        linear in tokens within the nearest measured row counts, linear between those row counts."""
+        linear in tokens within the nearest measured row counts, linear between those row counts, and
+        past the largest row count as several forwards of that size."""
         counts = sorted({g["rows"] for g in self.grid})
         lower = max([c for c in counts if c <= rows], default=counts[0])
         upper = min([c for c in counts if c >= rows], default=counts[-1])
+        if rows > upper:  # past the grid: as if the batch ran as rows/upper forwards of the largest size
+            scale = rows / upper
+            return scale * self._along_tokens(upper, tokens / scale)
         at_lower, at_upper = self._along_tokens(lower, tokens), self._along_tokens(upper, tokens)
         if upper == lower:
-            return at_lower * (rows / lower if rows > upper else 1.0)
+            return at_lower
         return at_lower + (at_upper - at_lower) * (rows - lower) / (upper - lower)
 
     def _along_tokens(self, rows: int, tokens: int) -> float:
@@ -91,9 +95,25 @@ def measure_cost_table(lm: LoadedModel, rows=ROWS, tokens_per_row=TOKENS_PER_ROW
                 cache.lengths[slot] -= t
             if progress:
                 progress()
-    grid = [{"rows": b, "tokens": b * t, "seconds": statistics.median(v[1:])} for (b, t), v in samples.items()]
+    grid = []
+    for b in rows:
+        medians = monotone([statistics.median(samples[b, t][1:]) for t in tokens_per_row])
+        grid += [{"rows": b, "tokens": b * t, "seconds": m} for t, m in zip(tokens_per_row, medians)]
     return CostTable(machine=_machine(lm), grid=grid, context_len=context_len,
                      draft_s_per_request={d: _draft_seconds(lm, d) for d in drafters})
+
+
+def monotone(values: list[float]) -> list[float]:
+    """The closest non-decreasing sequence (pool adjacent violators): a forward with more tokens never
+    costs less, so a dip is noise, and averaging it with its neighbour is the least-squares fix."""
+    blocks: list[list[float]] = []  # [sum, count] of pooled runs
+    for v in values:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return [total / count for total, count in blocks for _ in range(count)]
 
 
 def _machine(lm: LoadedModel) -> str:

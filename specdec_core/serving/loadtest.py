@@ -403,7 +403,8 @@ class _SimRequest:
 
 def _sim_metrics(requests: list[_SimRequest], concurrency: int) -> dict:
     by_finish = sorted(requests, key=lambda r: r.finish_s)
-    excluded = {r.id for r in requests[:concurrency]} | {r.id for r in by_finish[len(by_finish) - concurrency:]}
+    by_arrival = sorted(requests, key=lambda r: (r.arrival_s, r.id))
+    excluded = {r.id for r in by_arrival[:concurrency]} | {r.id for r in by_finish[len(by_finish) - concurrency:]}
     steady = [r for r in requests if r.id not in excluded] or requests
     per_user = []
     for r in steady:
