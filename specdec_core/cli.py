@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--k", type=int, default=8, help="the most drafts a request verifies per step (default 8)")
     lt.add_argument("--threshold", type=float, default=0.5, help="spec-confidence: verify while prefix survival >= this")
     lt.add_argument("--arrival-rate", type=float, default=None, metavar="R",
-                    help="Poisson arrivals at R requests/s instead of a closed loop")
+                    help="Poisson arrivals at R requests/s instead of a closed loop (C then only sets 4 x C requests per level)")
     lt.add_argument("--requests-per-level", type=int, default=4, help="requests per level = this x concurrency")
     lt.add_argument("--max-new-tokens", type=int, default=64)
     lt.add_argument("--force-ar", action="store_true", help="the rollback switch: every scheme decodes plain AR")

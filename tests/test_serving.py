@@ -431,3 +431,15 @@ def test_cost_table_is_monotone_in_tokens_and_interpolates():
     linear = table(lambda rows, tokens: 0.5 + 0.1 * tokens)
     assert linear.verify_s(3, 7) == pytest.approx(1.2)  # between row counts 2 and 4, off-grid tokens
     assert linear.verify_s(64, 64) == pytest.approx(2 * (0.5 + 0.1 * 32))  # past the grid: scaled by rows
+
+
+def test_requests_arriving_later_wait_for_their_arrival(tiny):
+    """Open loop: requests with future arrival times are admitted only once they arrive."""
+    engine = ServingEngine(tiny, make_scheduler("fixed"))
+    start = engine.clock()
+    prompts = random_prompts(3, seed=9)
+    config = sd.GenerationConfig(mode="spec", drafter="ngram", k=4, max_new_tokens=6)
+    requests = [engine.submit(p, config, arrival_s=start + 0.2 * i) for i, p in enumerate(prompts)]
+    engine.run()
+    for r, p in zip(requests, prompts):
+        assert r.deliveries[0][0] >= r.arrival_s and r.output_ids == ar_ids(tiny, p, 6)
