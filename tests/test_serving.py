@@ -3,7 +3,6 @@ request, requests join and leave mid-batch, schedulers back off under load, and 
 that would bias sampling is caught. Every property test has a negative control that must fail.
 """
 import json
-import random
 import subprocess
 import sys
 
@@ -21,20 +20,9 @@ from specdec_core.serving import batch as batch_module
 from specdec_core.serving import engine as engine_module
 from specdec_core.serving.loadtest import level_metrics, matched_throughput, replay, workload
 from specdec_core.serving.server import BatchServer
+from test_exactness import random_prompts  # ragged lengths, half of them repeating themselves
 
 MAX_NEW = 20
-
-
-def random_prompts(n: int, seed: int = 0) -> list[list[int]]:
-    """Ragged lengths (4..40 tokens); half repeat themselves so n-gram lookup drafts long runs."""
-    rng = random.Random(seed)
-    prompts = []
-    for _ in range(n):
-        body = [rng.randrange(100, 40000) for _ in range(rng.randrange(4, 24))]
-        if rng.random() < 0.5:
-            body = body + body[: rng.randrange(2, len(body))]
-        prompts.append(body)
-    return prompts
 
 
 def table(seconds) -> CostTable:
