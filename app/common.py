@@ -1,5 +1,5 @@
-"""What every page shares: language, the model (loaded once, used under one lock), token
-rendering, trace loading and the prompt list. (The course's lesson files live in `course.py`.)
+"""What every page shares: language, token rendering, trace loading and the prompt list. (The model
+and its locks live in `model_store.py`, the course's lesson files in `course.py`.)
 
 Pages stay thin: layout and widgets. Every number they show comes from `specdec_core`; this module
 only turns engine data into HTML, tables and Streamlit state.
@@ -10,9 +10,7 @@ import html
 import json
 import os
 import sys
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -29,20 +27,14 @@ import specdec_core as sd  # noqa: E402  (after the path fix)
 LANGS = ("zh", "en")
 DEFAULT_LANG = "zh"
 LANG_NAMES = {"zh": "中文", "en": "English"}
-MAX_PROMPT_TOKENS = 2000
-MAX_PROMPT_CHARS = 20000  # refuse before tokenising something absurd
 LANES = ("ar", "nar", "jacobi", "spec")
 DRAFTERS = ("sim", "ngram", "early-exit")
 RACE_DRAFTERS = ("ngram", "early-exit", "sim")
 
 
 # ---------------------------------------------------------------------------------------------
-# Settings from the environment (tests: SPECDEC_APP_MODEL=tiny, SPECDEC_ANIMATION_DELAY=0)
+# Settings from the environment (tests: SPECDEC_ANIMATION_DELAY=0, SPECDEC_APP_TRACES=...)
 # ---------------------------------------------------------------------------------------------
-
-def model_name() -> str:
-    return os.environ.get("SPECDEC_APP_MODEL", "smollm2-135m")
-
 
 def animation_delay() -> float:
     """Seconds per animation frame at speed 1×."""
@@ -109,150 +101,6 @@ def language_switch(where=None) -> None:
     st.session_state["lang_widget"] = lang()
     where.radio("🌐 语言 / Language", LANGS, key="lang_widget", format_func=LANG_NAMES.get,
                 horizontal=True, on_change=_on_lang_change)
-
-
-# ---------------------------------------------------------------------------------------------
-# The model: loaded once per server, every decode under one lock
-# ---------------------------------------------------------------------------------------------
-
-@st.cache_resource(show_spinner=False)
-def _model_store() -> dict:
-    # One per server: the loaded models, a lock that serialises model calls across sessions (each
-    # generate/stream call still builds its own DecodeState), and a lock for loading.
-    return {"models": {}, "model_lock": threading.Lock(), "load_lock": threading.Lock(), "errors": {}}
-
-
-def model_lock() -> threading.Lock:
-    return _model_store()["model_lock"]
-
-
-def loaded_model():
-    """The model if it is already loaded, else None (never loads)."""
-    return _model_store()["models"].get(model_name())
-
-
-def get_model():
-    """Load the app's model once per server, with a spinner. On failure: st.error and None."""
-    store, name = _model_store(), model_name()
-    if name in store["models"]:
-        return store["models"][name]
-    try:
-        with st.spinner(t("loading_model", name=name)):
-            with store["load_lock"]:
-                if name not in store["models"]:
-                    store["models"][name] = sd.load_model(name)
-    except Exception as err:  # SpecDecError (package missing) or anything transformers raises
-        st.error(t("err_model_load", name=name, cause=f"{type(err).__name__}: {err}"))
-        return None
-    return store["models"][name]
-
-
-def require_model():
-    """get_model() or stop the page (the error is already shown)."""
-    lm = get_model()
-    if lm is None:
-        st.stop()
-    return lm
-
-
-@contextmanager
-def model_session(busy_note=None):
-    """Hold the model lock; tell the learner when another session is decoding first."""
-    lock = model_lock()
-    if not lock.acquire(blocking=False):
-        note = (busy_note or st).info(t("model_busy"))
-        if not lock.acquire(timeout=300):
-            raise TimeoutError(t("model_busy_timeout"))
-        note.empty()
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def call_model(fn, *args, **kwargs):
-    """Run fn(*args, **kwargs) under the model lock. Errors become st.error, never a traceback."""
-    try:
-        with model_session():
-            return fn(*args, **kwargs)
-    except sd.SpecDecError as err:
-        st.error(t("err_input", cause=str(err)))
-    except Exception as err:
-        st.error(t("err_model", cause=f"{type(err).__name__}: {err}"))
-    return None
-
-
-def check_prompt(lm, prompt: str) -> int | None:
-    """Token count of a chat prompt, or None (with a warning) when it is too long to decode here."""
-    if len(prompt) > MAX_PROMPT_CHARS:
-        st.warning(t("prompt_too_long_chars", chars=len(prompt), limit=MAX_PROMPT_CHARS))
-        return None
-    try:
-        n = len(lm.encode(prompt))
-    except sd.SpecDecError as err:
-        st.warning(t("err_input", cause=str(err)))
-        return None
-    if n > MAX_PROMPT_TOKENS:
-        st.warning(t("prompt_too_long", tokens=n, limit=MAX_PROMPT_TOKENS))
-        return None
-    return n
-
-
-def prompt_hint(prompt: str) -> bool:
-    """True when the prompt is empty; then show the hint under the disabled button."""
-    empty = not prompt.strip()
-    if empty:
-        st.caption(t("empty_prompt_hint"))
-    return empty
-
-
-@st.cache_data(show_spinner=False, max_entries=256)
-def _cached_generate(name: str, prompt: str, config_items: tuple):
-    lm = _model_store()["models"][name]
-    with model_session():
-        return sd.generate(lm, prompt, sd.GenerationConfig(**dict(config_items)))
-
-
-def generate(lm, prompt: str, config: "sd.GenerationConfig"):
-    """sd.generate under the lock, cached across sessions per (model, prompt, config).
-
-    Returns a GenerationResult or None after showing the error."""
-    items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(config).items()))
-    try:
-        return _cached_generate(lm.name, prompt, items)
-    except sd.SpecDecError as err:
-        st.error(t("err_input", cause=str(err)))
-    except Exception as err:
-        st.error(t("err_model", cause=f"{type(err).__name__}: {err}"))
-    return None
-
-
-@st.cache_resource(show_spinner=False)
-def _cost_models() -> dict:
-    return {"lock": threading.Lock()}
-
-
-def cost_model(lm):
-    """This machine's cost model (forward times per token count, drafter step costs), measured
-    once per server and model, under the model lock; other sessions wait for that one measurement."""
-    store = _cost_models()
-    if lm.name not in store:
-        with st.spinner(t("measuring_costs")), store["lock"]:
-            if lm.name not in store:
-                def measure():
-                    return sd.costmodel.measure_cost_model(lm, tokens=(1, 2, 3, 4, 5, 6, 8, 12, 17), repeats=3,
-                                                           drafters=("ngram", "early-exit"))
-                result = call_model(measure)
-                if result is None:
-                    return None
-                store[lm.name] = result
-    return store[lm.name]
-
-
-@st.cache_resource(show_spinner=False)
-def result_store() -> dict:
-    """Server-wide store for measurements that take long (batch timings): key -> value."""
-    return {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,6 +347,14 @@ def prompts_by_category() -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------
 # Small helpers
 # ---------------------------------------------------------------------------------------------
+
+def prompt_hint(prompt: str) -> bool:
+    """True when the prompt is empty; then show the hint under the disabled button."""
+    empty = not prompt.strip()
+    if empty:
+        st.caption(t("empty_prompt_hint"))
+    return empty
+
 
 def sleep_frame(speed: float) -> None:
     delay = animation_delay() / max(speed, 1e-3)

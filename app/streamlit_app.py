@@ -13,9 +13,10 @@ from pathlib import Path
 
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import common` from the views
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import common`, `import model_store` from the views
 
 import common  # noqa: E402
+import model_store  # noqa: E402
 
 st.set_page_config(page_title="specdec-lab", page_icon="🍳", layout="wide")
 common.init_lang()
@@ -34,6 +35,6 @@ PAGES = [
 page = st.navigation(PAGES)
 common.language_switch()
 with st.sidebar:
-    st.caption(t("sidebar_model", name=common.model_name()))
+    st.caption(t("sidebar_model", name=model_store.model_name()))
     common.show_legend()
 page.run()

@@ -3,6 +3,7 @@ import streamlit as st
 
 import common
 import course
+import model_store
 from common import t
 
 import specdec_core as sd
@@ -30,14 +31,14 @@ for i, stem in enumerate(course.lesson_stems()):
 st.page_link("views/lessons.py", label=t("home_open_lessons"), icon="📚")
 
 st.subheader(t("home_status_h"))
-lm = common.loaded_model()
-name = common.model_name()
+lm = model_store.loaded_model()
+name = model_store.model_name()
 if lm is None:
     device = sd.models.resolve_device("auto")
     dtype = sd.models.resolve_dtype("auto", name, device)
     st.markdown(t("home_status_planned", name=name, device=str(device), dtype=str(dtype).replace("torch.", "")))
     if st.button(t("home_load_model"), key="home_load"):
-        lm = common.get_model()
+        lm = model_store.get_model()
         if lm is not None:
             st.rerun()
 else:

@@ -4,6 +4,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import common
+import model_store
 from common import t, visible
 
 import specdec_core as sd
@@ -41,11 +42,11 @@ else:
     seed = st.number_input(t("seed"), 0, 10_000, 0, key="insp_seed")
     empty = common.prompt_hint(prompt)
     if st.button(t("insp_run"), type="primary", disabled=empty, key="insp_run"):
-        lm = common.require_model()
-        if common.check_prompt(lm, prompt) is not None:
+        lm = model_store.require_model()
+        if model_store.check_prompt(lm, prompt) is not None:
             cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, temperature=temperature,
                                       hit_rate=hit_rate, max_new_tokens=max_new, seed=int(seed))
-            result = common.generate(lm, prompt, cfg)
+            result = model_store.generate(lm, prompt, cfg)
             if result is not None:
                 ss.insp_trace = result.trace
                 ss.insp_step = 1

@@ -5,6 +5,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import common
+import model_store
 from common import t
 
 import specdec_core as sd
@@ -48,8 +49,8 @@ if not ks:
     st.caption(t("lab_need_k"))
 run = st.button(t("lab_run"), type="primary", disabled=not ks or not n_available, key="lab_run")
 
-lm = common.require_model()
-cm = common.cost_model(lm)
+lm = model_store.require_model()
+cm = model_store.cost_model(lm)
 if cm is None:
     st.stop()
 c_ratio = cm.c(drafter)
@@ -68,7 +69,7 @@ if run:
                  "per_pos": [], "hist": [0] * (k + 1), "drafts": 0} for k in sorted(ks)}
     done, failed = 0, False
     for prompt in chosen:
-        ar = common.generate(lm, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=max_new, temperature=temperature))
+        ar = model_store.generate(lm, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=max_new, temperature=temperature))
         done += 1
         bar.progress(done / total, text=t("lab_running", done=done, total=total))
         if ar is None:
@@ -77,7 +78,7 @@ if run:
         for k in sorted(ks):
             cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, hit_rate=hit_rate, max_new_tokens=max_new,
                                       temperature=temperature)
-            res = common.generate(lm, prompt, cfg)
+            res = model_store.generate(lm, prompt, cfg)
             done += 1
             bar.progress(done / total, text=t("lab_running", done=done, total=total))
             if res is None:

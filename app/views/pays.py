@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import common
+import model_store
 from common import t
 
 import specdec_core as sd
@@ -26,11 +27,11 @@ if not ready:
     st.caption(t("pays_need_one"))
 run = st.button(t("pays_run"), type="primary", disabled=not ready, key="pays_run")
 
-store = common.result_store()
-name = common.model_name()
+store = model_store.result_store()
+name = model_store.model_name()
 key = ("forward_times", name, tuple(batches), tuple(tokens), repeats)
 if run:
-    lm = common.require_model()
+    lm = model_store.require_model()
     total = (repeats + 1) * len(batches) * len(tokens)
     bar = st.progress(0.0, text=t("pays_measuring", done=0, total=total))
     done = [0]
@@ -39,8 +40,8 @@ if run:
         done[0] += 1
         bar.progress(min(1.0, done[0] / total), text=t("pays_measuring", done=done[0], total=total))
 
-    rows = common.call_model(sd.costmodel.measure_forward_times, lm, tokens=tuple(tokens), batch_sizes=tuple(batches),
-                             repeats=repeats, progress=tick)
+    rows = model_store.call_model(sd.costmodel.measure_forward_times, lm, tokens=tuple(tokens),
+                                  batch_sizes=tuple(batches), repeats=repeats, progress=tick)
     bar.empty()
     if rows is not None:
         store[key] = rows
@@ -52,8 +53,8 @@ if rows is None:
     st.info(t("pays_press_run"))
     st.stop()
 
-lm = common.require_model()
-base = common.cost_model(lm)
+lm = model_store.require_model()
+base = model_store.cost_model(lm)
 if base is None:
     st.stop()
 cm = dataclasses.replace(base, forward_s=rows)  # this machine's drafter costs, the batch timings just measured

@@ -4,6 +4,7 @@ import streamlit as st
 
 import common
 import course
+import model_store
 from common import t
 
 import specdec_core as sd
@@ -82,10 +83,10 @@ def read_answer(q):
 
 
 def run_experiment(q):
-    lm = common.require_model()
+    lm = model_store.require_model()
     with st.spinner(t("quiz_running_experiment", name=bi_title(q.experiment))):
         try:
-            with common.model_session():
+            with model_store.model_session():
                 results[q.id] = sd.experiments.run(q.experiment, lm=lm)  # cached on disk per model
         except Exception as err:  # SpecDecError or a model failure: shown, never a traceback
             results[q.id] = f"{type(err).__name__}: {err}"
@@ -150,7 +151,7 @@ for number, q in enumerate(questions, start=1):
                 prediction = done["answer"] if q.type == "numeric" else None
                 if prediction is not None:
                     cols[0].metric(t("quiz_prediction"), f"{prediction:g}")
-                cols[1].metric(t("quiz_measured", model=common.model_name()), f"{res.value:.3g}",
+                cols[1].metric(t("quiz_measured", model=model_store.model_name()), f"{res.value:.3g}",
                                delta=f"{res.value - prediction:+.3g}" if prediction is not None else None,
                                delta_color="off")
                 if grade.expected is not None:

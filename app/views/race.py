@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import common
+import model_store
 from common import LANES, t
 
 import specdec_core as sd
@@ -176,8 +177,8 @@ for lane in LANES:
         slots[lane][1].info(t("race_live_press_run") if live else t("race_lane_missing"))
 
 if run_live:
-    lm = common.require_model()
-    if common.check_prompt(lm, prompt) is None:
+    lm = model_store.require_model()
+    if model_store.check_prompt(lm, prompt) is None:
         st.stop()
     cfgs = {
         "ar": sd.GenerationConfig(mode="ar", max_new_tokens=max_new),
@@ -191,7 +192,7 @@ if run_live:
         slots[lane][1].empty()
     error = None
     try:
-        with common.model_session(progress):
+        with model_store.model_session(progress):
             streams = {lane: sd.stream(lm, prompt, cfg) for lane, cfg in cfgs.items()}
             elapsed = {lane: 0.0 for lane in LANES}
             # Interleave the four decoders by their own measured clocks: the lane that has spent the
