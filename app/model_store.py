@@ -1,5 +1,16 @@
-"""The app's model: loaded once per server, shared by every session, every model call under one lock
-(each generate/stream call still builds its own DecodeState)."""
+"""The app's model: loaded once per server, shared by every session.
+
+Two ways to decode (SPECDEC_APP_DECODE):
+- `batched` (the default): live `ar` and `spec` decodes go through one `BatchServer` per server and
+  model, so sessions that decode at the same time share each target forward instead of queueing.
+  Everything else (nar and jacobi loops, cost measurements, experiments) still runs one at a time
+  under the model lock; the server's thread takes no lock.
+- `lock`: every model call runs under the one model lock with `sd.stream` / `sd.generate`, one
+  session after another (the behaviour before the batch server; for comparison and as a fallback).
+
+Either way a learner sees the same tokens: the server gives each request what `sd.generate` gives it
+alone (tests/test_serving.py, and the browser test's concurrent races).
+"""
 from __future__ import annotations
 
 import os
@@ -11,14 +22,27 @@ import streamlit as st
 from common import t  # (importing common also puts the repository root on sys.path)
 
 import specdec_core as sd
+from specdec_core.serving.server import MODES as BATCHED_MODES, BatchServer
 
 MAX_PROMPT_TOKENS = 2000
 MAX_PROMPT_CHARS = 20000  # refuse before tokenising something absurd
+DECODE_MODES = ("batched", "lock")
 
 
 def model_name() -> str:
     """The app's model (tests: SPECDEC_APP_MODEL=tiny)."""
     return os.environ.get("SPECDEC_APP_MODEL", "smollm2-135m")
+
+
+def decode_mode() -> str:
+    """`batched` (default) or `lock`, from SPECDEC_APP_DECODE (module docstring)."""
+    mode = os.environ.get("SPECDEC_APP_DECODE", "batched").strip().lower() or "batched"
+    return mode if mode in DECODE_MODES else "batched"
+
+
+def batched(config: "sd.GenerationConfig") -> bool:
+    """True when this decode goes through the shared batch server."""
+    return decode_mode() == "batched" and config.mode in BATCHED_MODES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -27,8 +51,8 @@ def model_name() -> str:
 
 @st.cache_resource(show_spinner=False)
 def _model_store() -> dict:
-    # One per server: the loaded models, a lock that serialises model calls across sessions, and a
-    # lock for loading.
+    # One per server: the loaded models, the lock for loading, and the model lock that serialises
+    # the model calls that do not go through the batch server.
     return {"models": {}, "model_lock": threading.Lock(), "load_lock": threading.Lock()}
 
 
@@ -65,15 +89,26 @@ def require_model():
     return lm
 
 
+@st.cache_resource(show_spinner=False)
+def _batch_server(name: str, _lm) -> BatchServer:
+    return BatchServer(_lm)
+
+
+def batch_server(lm) -> BatchServer:
+    """The server's one BatchServer for this model (its engine thread runs while requests are active)."""
+    return _batch_server(lm.name, lm)
+
+
 # ---------------------------------------------------------------------------------------------
 # Using it: the model lock, decodes, measurements
 # ---------------------------------------------------------------------------------------------
 
 @contextmanager
-def model_session(busy_note=None):
-    """Hold the model lock; tell the learner when another session is decoding first."""
+def model_session(busy_note=None, quiet_s: float = 0.0):
+    """Hold the model lock; tell the learner when another session holds it for longer than quiet_s."""
     lock = model_lock()
-    if not lock.acquire(blocking=False):
+    acquired = lock.acquire(timeout=quiet_s) if quiet_s > 0 else lock.acquire(blocking=False)
+    if not acquired:
         note = (busy_note or st).info(t("model_busy"))
         if not lock.acquire(timeout=300):
             raise TimeoutError(t("model_busy_timeout"))
@@ -96,6 +131,37 @@ def call_model(fn, *args, **kwargs):
     return None
 
 
+@contextmanager
+def live_decoding(busy_note=None):
+    """Around a page's live decodes: in `lock` mode the whole block holds the model lock, as before;
+    in `batched` mode nothing is held here (`next_event` takes the lock per step where needed)."""
+    if decode_mode() == "lock":
+        with model_session(busy_note):
+            yield
+    else:
+        yield
+
+
+def stream(lm, prompt, config: "sd.GenerationConfig"):
+    """The step events of one decode: the batch server's (ar/spec in batched mode: the request is
+    submitted now and decodes in the server's thread), else `sd.stream`'s. Read it with `next_event`."""
+    return batch_server(lm).stream(prompt, config) if batched(config) else sd.stream(lm, prompt, config)
+
+
+def next_event(events, config: "sd.GenerationConfig", busy_note=None):
+    """The next StepEvent of a `stream` (StopIteration at its end).
+
+    A batched request only waits for the server. A loop of our own (nar, jacobi) in batched mode takes
+    the model lock for this one step: one such forward at a time next to the server's thread (on a
+    2-core CPU, ten sessions' windows at once would starve the server that every session waits on),
+    while the sessions still take turns step by step instead of race by race. The note shows only
+    when the lock stays taken for more than a second (e.g. a measurement on another page)."""
+    if decode_mode() == "batched" and not batched(config):
+        with model_session(busy_note, quiet_s=1.0):
+            return next(events)
+    return next(events)
+
+
 def check_prompt(lm, prompt: str) -> int | None:
     """Token count of a chat prompt, or None (with a warning) when it is too long to decode here."""
     if len(prompt) > MAX_PROMPT_CHARS:
@@ -115,14 +181,16 @@ def check_prompt(lm, prompt: str) -> int | None:
 @st.cache_data(show_spinner=False, max_entries=256)
 def _cached_generate(name: str, prompt: str, config_items: tuple):
     lm = _model_store()["models"][name]
+    config = sd.GenerationConfig(**dict(config_items))
+    if batched(config):
+        return batch_server(lm).generate(prompt, config)
     with model_session():
-        return sd.generate(lm, prompt, sd.GenerationConfig(**dict(config_items)))
+        return sd.generate(lm, prompt, config)
 
 
 def generate(lm, prompt: str, config: "sd.GenerationConfig"):
-    """sd.generate under the lock, cached across sessions per (model, prompt, config).
-
-    Returns a GenerationResult or None after showing the error."""
+    """sd.generate's result (through the batch server or under the lock), cached across sessions per
+    (model, prompt, config). Returns a GenerationResult or None after showing the error."""
     items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(config).items()))
     try:
         return _cached_generate(lm.name, prompt, items)

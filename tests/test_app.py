@@ -237,7 +237,19 @@ def test_race_live_disables_run_on_an_empty_prompt_and_refuses_a_huge_one():
     assert any("at most 2000 tokens" in w.value for w in at.warning)
 
 
-def test_race_live_decodes_a_prompt_with_the_model():
+@pytest.mark.parametrize("decode", ["batched", "lock"])
+def test_race_live_decodes_a_prompt_with_the_model(monkeypatch, decode):
+    """Both decode modes give four lanes; only the lock mode runs ar and spec in loops of their own."""
+    import specdec_core as sd
+
+    monkeypatch.setenv("SPECDEC_APP_DECODE", decode)
+    own_loops, stream = [], sd.stream
+
+    def spy(lm, prompt, config, *args, **kwargs):
+        own_loops.append(config.mode)
+        return stream(lm, prompt, config, *args, **kwargs)
+
+    monkeypatch.setattr(sd, "stream", spy)
     at = open_page("race", "en")
     ok(at.toggle(key="race_live").set_value(True).run())
     ok(at.text_area(key="race_prompt").set_value("Say hello.").run())
@@ -247,6 +259,7 @@ def test_race_live_decodes_a_prompt_with_the_model():
     result = at.session_state["race_live_result"]
     assert set(result["lanes"]) == set(LANES)
     assert all(result["lanes"][lane] for lane in LANES)
+    assert sorted(own_loops) == (sorted(LANES) if decode == "lock" else ["jacobi", "nar"])
     ok(button(at, "race_end").click().run())
     assert "Finish line" in texts(at)
 

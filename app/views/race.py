@@ -192,15 +192,16 @@ if run_live:
         slots[lane][1].empty()
     error = None
     try:
-        with model_store.model_session(progress):
-            streams = {lane: sd.stream(lm, prompt, cfg) for lane, cfg in cfgs.items()}
+        with model_store.live_decoding(progress):
+            # ar and spec: the server's shared batch (batched mode); nar and jacobi: loops of their own.
+            streams = {lane: model_store.stream(lm, prompt, cfg) for lane, cfg in cfgs.items()}
             elapsed = {lane: 0.0 for lane in LANES}
             # Interleave the four decoders by their own measured clocks: the lane that has spent the
             # least decode time so far takes the next step, so the live view is a fair race.
             while streams:
                 lane = min(streams, key=elapsed.get)
                 try:
-                    event = next(streams[lane])
+                    event = model_store.next_event(streams[lane], cfgs[lane], progress)
                 except StopIteration:
                     del streams[lane]
                     continue
