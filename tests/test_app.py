@@ -64,12 +64,55 @@ def prompts_file(tmp_path_factory) -> Path:
     return path
 
 
+# Load-test results in the shipped schema with round numbers, so the page's findings can be checked:
+# spec-fixed's aggregate falls below ar's first at C = 4; at C = 8 spec-hardware delivers 96 vs 80 tok/s;
+# matched throughput (three ar levels inside spec-hardware's range) gives 2.00x.
+LOAD_RUNS = {  # scheme -> [(concurrency, per-user tok/s, aggregate tok/s, mean verify tokens)]
+    "ar": [(1, 30, 30, 1.0), (2, 25, 50, 1.0), (4, 18, 72, 1.0), (8, 10, 80, 1.0)],
+    "spec-fixed": [(1, 45, 45, 6.5), (2, 30, 60, 6.5), (4, 16, 64, 6.5), (8, 7, 56, 6.5)],
+    "spec-confidence": [(1, 40, 40, 3.5), (2, 32, 64, 3.0), (4, 20, 80, 2.5), (8, 11, 88, 2.0)],
+    "spec-hardware": [(1, 44, 44, 7.0), (2, 36, 72, 4.0), (4, 24, 96, 2.0), (8, 12, 96, 1.2)],
+}
+
+
+def load_results(levels=(1, 2, 4, 8), fixed_scale: float = 1.0) -> dict:
+    from specdec_core.serving.loadtest import matched_throughput
+
+    runs = []
+    for scheme, rows in LOAD_RUNS.items():
+        for c, user, aggregate, verify in rows:
+            if c not in levels:
+                continue
+            scale = fixed_scale if scheme == "spec-fixed" else 1.0
+            decisions = {"0": c, "8": 10 - c} if scheme == "spec-hardware" else {"0": 10}
+            runs.append({"scheme": scheme, "drafter": None if scheme == "ar" else "ngram", "k": 0 if scheme == "ar" else 8,
+                         "concurrency": c, "num_requests": 4 * c, "per_user_tok_s": float(user),
+                         "ttft_s": 0.05 * c, "p50_itl_s": 1 / user, "p95_itl_s": 1.5 / user,
+                         "aggregate_tok_s": aggregate * scale, "mean_verify_tokens": verify, "tau": 1.5,
+                         "identical_to_ar": f"{4 * c}/{4 * c}", "scheduler_decisions": decisions,
+                         "rollback_rate": 0.2, "accepted_per_pos": [0.8, 0.6]})
+    matched = [matched_throughput(runs, s) for s in LOAD_RUNS if s != "ar"]
+    return {"environment": {"model": "smollm2-135m", "cpu": "test-cpu", "torch": "0.0", "date": "2026-12-02",
+                            "machine": "smollm2-135m on cpu (float32, 2 threads)", "wall_s": 600.0},
+            "config": {"max_new_tokens": 64, "concurrency": list(levels)}, "runs": runs,
+            "matched_throughput": matched[-1], "matched_throughput_all": matched,
+            "single_request_ar_tok_s": 31.0, "batched_ar_c1_over_single": 0.97, "cost_table": {}}
+
+
+@pytest.fixture(scope="session")
+def load_results_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("load") / "load-cpu.json"
+    path.write_text(json.dumps(load_results()), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(autouse=True)
-def app_env(monkeypatch, traces_dir, prompts_file):
+def app_env(monkeypatch, traces_dir, prompts_file, load_results_file):
     monkeypatch.setenv("SPECDEC_APP_MODEL", "tiny")
     monkeypatch.setenv("SPECDEC_ANIMATION_DELAY", "0")
     monkeypatch.setenv("SPECDEC_APP_TRACES", str(traces_dir))
     monkeypatch.setenv("SPECDEC_APP_PROMPTS", str(prompts_file))
+    monkeypatch.setenv("SPECDEC_APP_LOAD_RESULTS", str(load_results_file))
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -98,8 +141,14 @@ def texts(at: AppTest) -> str:
     return "\n".join(parts)
 
 
-def plotly_charts(at: AppTest) -> list:
-    return list(at.get("plotly_chart"))
+def plotly_charts(at: AppTest, prefix: str = "") -> list:
+    """The page's plotly charts (those whose widget key starts with `prefix`)."""
+    return [c for c in at.get("plotly_chart") if chart_key(c).startswith(prefix)]
+
+
+def chart_key(chart) -> str:
+    """The key a page gave st.plotly_chart (Streamlit ends the element id with it)."""
+    return chart.proto.id.rsplit("-", 1)[-1]
 
 
 def button(at: AppTest, key: str):
@@ -322,9 +371,68 @@ def test_pays_measures_forward_times_and_plots_the_speedup():
     ok(at.multiselect(key="pays_tokens").set_value([1, 2, 3]).run())
     ok(at.slider(key="pays_repeats").set_value(1).run())
     ok(button(at, "pays_run").click().run())
-    assert len(plotly_charts(at)) == 3
+    assert len(plotly_charts(at, "pays_")) == 3
     ok(at.multiselect(key="pays_tokens").set_value([2, 3]).run())  # no 1-token baseline
     assert button(at, "pays_run").disabled
+
+
+def test_pays_shows_the_load_results_and_says_what_they_mean():
+    at = open_page("pays", "en")
+    assert {chart_key(c) for c in plotly_charts(at, "load_")} == {"load_throughput", "load_verify", "load_decisions"}
+    body = texts(at)
+    en = _strings("en")
+    assert en["load_find_matched"].format(scheme="spec-hardware", ratio="2.00", pct="+100", n=3) in body
+    assert en["load_find_fixed_below"].format(c=4, fixed="64.0", ar="72.0") in body
+    assert en["load_find_top"].format(c=8, hw="96.0", ar="80.0", ratio="1.20") in body
+    assert en["load_find_identical"].format(same=240, total=240) in body
+    assert "test-cpu" in body and "2026-12-02" in body and "make load-test" in body and "10 min" in body
+    throughput = next(c for c in plotly_charts(at) if chart_key(c) == "load_throughput")
+    spec = json.loads(throughput.proto.spec)
+    assert [tr["name"] for tr in spec["data"]] == ["AR", "spec-fixed", "spec-confidence", "spec-hardware"]
+    assert spec["data"][0]["text"] == ["C=1", "C=2", "C=4", "C=8"]
+    assert not at.warning
+
+
+@pytest.mark.parametrize("levels, fixed_scale, expected", [
+    ((1, 2), 1.0, "load_find_matched_null"),  # two levels: no matched-throughput ratio
+    ((1, 2, 4, 8), 2.0, "load_find_fixed_never"),  # spec-fixed stays above ar everywhere
+])
+def test_pays_load_findings_in_the_other_cases(tmp_path, monkeypatch, levels, fixed_scale, expected):
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps(load_results(levels, fixed_scale)), encoding="utf-8")
+    monkeypatch.setenv("SPECDEC_APP_LOAD_RESULTS", str(path))
+    for lang in ("en", "zh"):
+        at = open_page("pays", lang)
+        strings = _strings(lang)
+        n = len(load_results(levels, fixed_scale)["matched_throughput"]["levels"])
+        text = strings[expected].format(scheme=strings["load_scheme_spec_hardware"], n=n)
+        assert text in texts(at)
+
+
+def test_pays_warns_when_the_load_results_are_missing_or_unreadable(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_APP_LOAD_RESULTS", str(tmp_path / "missing.json"))
+    at = open_page("pays", "en")
+    assert any("No load-test results" in w.value and "make load-test" in w.value for w in at.warning)
+    assert not plotly_charts(at, "load_") and button(at, "load_live_run")  # the rest of the page still works
+    assert any("Measure forward times" in i.value for i in at.info)
+    for content in ("", "{broken", json.dumps({"runs": [{"scheme": "ar"}]})):
+        (tmp_path / "broken.json").write_text(content, encoding="utf-8")
+        monkeypatch.setenv("SPECDEC_APP_LOAD_RESULTS", str(tmp_path / "broken.json"))
+        at = open_page("pays", "zh")
+        assert any("无法读取" in w.value for w in at.warning), content
+        assert not plotly_charts(at, "load_")
+
+
+def test_pays_live_load_run_on_the_model():
+    at = open_page("pays", "en")
+    assert "Run a small load test" in texts(at)
+    ok(button(at, "load_live_run").click().run())
+    live = at.session_state["load_live"]
+    assert {(r["scheme"], r["concurrency"]) for r in live["runs"]} == {(s, c) for s in ("ar", "spec-hardware") for c in (1, 2, 4)}
+    assert all(r["identical_to_ar"] == f"{r['num_requests']}/{r['num_requests']}" for r in live["runs"])
+    assert {chart_key(c) for c in plotly_charts(at, "load_live_")} == {"load_live_throughput", "load_live_verify",
+                                                                    "load_live_decisions"}
+    assert "Live, this machine, small run" in texts(at)
 
 
 # ------------------------------------------------------------------------------------ quiz
