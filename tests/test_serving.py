@@ -82,7 +82,8 @@ def test_ragged_rows_match_their_own_forwards(tiny):
 # --- greedy exactness ---------------------------------------------------------------------------
 
 # (scheduler, drafter, k): n-gram drafts all-or-nothing runs, sim accepts 70 % of its drafts at random.
-CASES = [("fixed", "ngram", 1), ("fixed", "ngram", 8), ("fixed", "sim", 4), ("hardware", "ngram", 8), ("confidence", "sim", 4)]
+CASES = [("fixed", "ngram", 1), ("fixed", "ngram", 8), ("fixed", "sim", 4), ("hardware", "ngram", 8), ("confidence", "sim", 4),
+         ("hardware", "early-exit", 4)]
 PROMPTS = random_prompts(7, seed=4)
 LIMITS = [MAX_NEW - 3 * (i % 3) for i in range(len(PROMPTS))]  # requests leave at different steps
 
@@ -95,13 +96,30 @@ def references(tiny) -> list[list[int]]:
 @pytest.mark.parametrize("scheduler,drafter,k", CASES, ids=lambda c: str(c))
 def test_batched_greedy_equals_ar_tiny(tiny, references, scheduler, drafter, k):
     """Ragged prompts, ragged acceptance, ragged lengths and a plain AR request in the same batch."""
-    configs = [sd.GenerationConfig(mode="ar" if i == 3 else "spec", drafter=drafter, k=k, max_new_tokens=n)
-               for i, n in enumerate(LIMITS)]
+    configs = [sd.GenerationConfig(mode="ar" if i == 3 else "spec", drafter=drafter, k=k, max_new_tokens=n,
+                                   early_exit_layers=1) for i, n in enumerate(LIMITS)]
     requests, engine = serve(tiny, PROMPTS, configs, scheduler)
     for r, expected in zip(requests, references):
         assert r.output_ids == expected, f"request {r.id} ({scheduler}, {drafter}, k={k}) diverged"
     assert max(s.rows for s in engine.steps) == len(PROMPTS)
     assert any(max(s.lengths) > 0 for s in engine.steps), "nothing was ever verified: the test would be vacuous"
+
+
+def test_model_drafters_propose_in_one_batched_forward(tiny):
+    """early-exit's propose_batch drafts what its one-request propose drafts (tiny's peaked logits keep
+    argmax stable across the batched kernels), with one forward per drafted position for all requests."""
+    config = sd.GenerationConfig(mode="spec", drafter="early-exit", k=4, early_exit_layers=1)
+    contexts = PROMPTS[:4]
+    alone, together = [], [sd.drafters.make_drafter("early-exit", tiny, config) for _ in contexts]
+    for c in contexts:
+        d = sd.drafters.make_drafter("early-exit", tiny, config)
+        d.reset(c)
+        alone.append(d.propose(c, 4, config.sampling, torch.Generator()).tokens)
+    for d, c in zip(together, contexts):
+        d.reset(c)
+    drafts = type(together[0]).propose_batch(together, contexts, [4, 2, 4, 0], [config.sampling] * 4, [torch.Generator()] * 4)
+    assert [d.tokens for d in drafts] == [alone[0], alone[1][:2], alone[2], []]
+    assert all(len(d.confidence) == len(d.tokens) for d in drafts)
 
 
 def test_exactness_test_fails_without_the_mask(tiny, references, monkeypatch):

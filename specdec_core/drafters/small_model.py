@@ -49,28 +49,84 @@ class DraftModelDrafter(Drafter):
             del self.cached_ids[common:]
         return self._feed(context[common:])
 
+    def _choose(self, logits: torch.Tensor, history: list[int], params: SamplingParams,
+                generator: torch.Generator) -> tuple[int, torch.Tensor] | None:
+        """The next draft token and its q, or None where dynamic k stops drafting."""
+        # q goes through exactly the processing p will get (temperature, top-k, top-p, penalty).
+        q = logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
+        if self.dynamic_k is not None and float(q.max()) < self.dynamic_k:
+            return None
+        return (int(torch.argmax(q)) if params.greedy else sample(q, generator)), q
+
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         logits = self._sync_cache(context)
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         for i in range(k):
-            # q goes through exactly the processing p will get (temperature, top-k, top-p, penalty).
-            q = logits_to_probs(penalise_repeats(logits, context + tokens, params.repetition_penalty), params)
-            if self.dynamic_k is not None and float(q.max()) < self.dynamic_k:
+            chosen = self._choose(logits, context + tokens, params, generator)
+            if chosen is None:
                 break
-            token = int(torch.argmax(q)) if params.greedy else sample(q, generator)
-            tokens.append(token)
-            qs.append(q)
+            tokens.append(chosen[0])
+            qs.append(chosen[1])
             if i < k - 1:
-                logits = self._feed([token])
-        # Confidence: q's top probability, known before the token is drawn (greedy: q of the drafted token).
-        return Draft(tokens, torch.stack(qs) if qs else None, confidence=[float(q.max()) for q in qs])
+                logits = self._feed([chosen[0]])
+        return _draft(tokens, qs)
+
+    @classmethod
+    def propose_batch(cls, drafters: list[Drafter], contexts: list[list[int]], ks: list[int],
+                      params: list[SamplingParams], generators: list[torch.Generator]) -> list[Draft]:
+        """Draft for many requests with one batched forward of the draft model per drafted position.
+
+        Each request first catches its own cache up with its context (the tokens accepted since its
+        last proposal), then its cache is copied into one ragged cache and the requests draft side by
+        side, every row of each forward one request's latest token (`serving/batch.py`)."""
+        from ..serving.batch import RaggedCache, batch_forward
+
+        models = {id(d.model) for d in drafters}
+        if len(drafters) < 2 or len(models) > 1:
+            return super().propose_batch(drafters, contexts, ks, params, generators)
+        model = drafters[0].model
+        logits = [d._sync_cache(c) for d, c in zip(drafters, contexts)]
+        ragged = RaggedCache(model, slots=len(drafters), capacity=max(len(d.cached_ids) for d in drafters) + max(ks) + 1)
+        with torch.inference_mode():
+            for slot, d in enumerate(drafters):
+                n = len(d.cached_ids)
+                for layer, cached in enumerate(d.cache.layers):
+                    ragged.keys[layer][slot, :, :n] = cached.keys[0]
+                    ragged.values[layer][slot, :, :n] = cached.values[0]
+                ragged.lengths[slot] = n
+        tokens: list[list[int]] = [[] for _ in drafters]
+        qs: list[list[torch.Tensor]] = [[] for _ in drafters]
+        drafting = [k > 0 for k in ks]
+        for i in range(max(ks)):
+            for r, d in enumerate(drafters):
+                if drafting[r]:
+                    chosen = d._choose(logits[r], contexts[r] + tokens[r], params[r], generators[r])
+                    if chosen is None:
+                        drafting[r] = False
+                        continue
+                    tokens[r].append(chosen[0])
+                    qs[r].append(chosen[1])
+                    drafting[r] = len(tokens[r]) < ks[r]
+            if not any(drafting):
+                break
+            # Rows that stopped still feed a token (their last): simpler than compacting, never read.
+            rows = [[t[-1] if t else c[-1]] for t, c in zip(tokens, contexts)]
+            with torch.inference_mode():
+                out, _ = batch_forward(model, ragged, 0, rows)
+            logits = [o[-1] for o in out]
+        return [_draft(t, q) for t, q in zip(tokens, qs)]
 
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for layer in self.cache.layers
                     for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
         weights = 0 if self.shared_params else sum(p.numel() * p.element_size() for p in self.model.parameters())
         return cache + weights
+
+
+def _draft(tokens: list[int], qs: list[torch.Tensor]) -> Draft:
+    # Confidence: q's top probability, known before the token is drawn (greedy: q of the drafted token).
+    return Draft(tokens, torch.stack(qs) if qs else None, confidence=[float(q.max()) for q in qs])
 
 
 def early_exit_model(lm: LoadedModel, layers: int) -> LlamaForCausalLM:
