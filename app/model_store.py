@@ -152,10 +152,11 @@ def next_event(events, config: "sd.GenerationConfig", busy_note=None):
     """The next StepEvent of a `stream` (StopIteration at its end).
 
     A batched request only waits for the server. A loop of our own (nar, jacobi) in batched mode takes
-    the model lock for this one step: one such forward at a time next to the server's thread (on a
-    2-core CPU, ten sessions' windows at once would starve the server that every session waits on),
-    while the sessions still take turns step by step instead of race by race. The note shows only
-    when the lock stays taken for more than a second (e.g. a measurement on another page)."""
+    the model lock for this one step, as measurements and experiments on other pages do: they never
+    time a forward while a window forward runs next to them (the server's forwards still may), and
+    sessions take turns step by step, not race by race (ten simulated sessions' races took as long
+    with this lock as without it). The note shows only when the lock stays taken for more than a
+    second (e.g. a measurement on another page)."""
     if decode_mode() == "batched" and not batched(config):
         with model_session(busy_note, quiet_s=1.0):
             return next(events)
