@@ -6,8 +6,7 @@
 - a quiz question is answered and graded;
 - the language follows ?lang= and the sidebar switch;
 - 10 simultaneous sessions (one browser, 10 contexts) each run a short live race on the real model
-  and every one shows exactly what `sd.generate` gives in this process, with the default batched
-  decoding and with SPECDEC_APP_DECODE=lock (a second server); the test prints both times.
+  and every one shows exactly what `sd.generate` gives in this process.
 
 The browser is Debian's chromium at /usr/bin/chromium (`apt-get install -y chromium`, or `make browser`
 as root); never a browser downloaded by `playwright install`. Without it the tests skip, except
@@ -22,7 +21,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -91,18 +89,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@contextmanager
-def streamlit_server(log_name: str, **env_extra: str):
-    """A Streamlit server of the app on a free port, with the real model; yields its base URL. Its log
-    is kept in test-output/<log_name>."""
+@pytest.fixture(scope="module")
+def server(browser):
+    """A Streamlit server for this module; its log is kept in test-output/streamlit-browser.log."""
     port = _free_port()
-    log_path = ROOT / "test-output" / log_name
+    log_path = ROOT / "test-output" / "streamlit-browser.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SPECDEC_ANIMATION_DELAY": "0", "PYTHONUNBUFFERED": "1",
-           "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "OMP_NUM_THREADS": str(THREADS), **env_extra}
+           "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "OMP_NUM_THREADS": str(THREADS)}
     env.pop("SPECDEC_APP_MODEL", None)  # the real model, whatever the caller's shell says
-    if "SPECDEC_APP_DECODE" not in env_extra:
-        env.pop("SPECDEC_APP_DECODE", None)  # the default (batched), whatever the caller's shell says
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app/streamlit_app.py", "--server.address", "127.0.0.1",
@@ -132,13 +127,6 @@ def streamlit_server(log_name: str, **env_extra: str):
             proc.kill()
             proc.wait()
         log.close()
-
-
-@pytest.fixture(scope="module")
-def server(browser):
-    """The module's Streamlit server (default decoding: batched); log in test-output/streamlit-browser.log."""
-    with streamlit_server("streamlit-browser.log") as base:
-        yield base
 
 
 @pytest.fixture(scope="module")
@@ -384,111 +372,11 @@ def _each(pages, action) -> None:
         action(p)
 
 
-def _live_race_page(browser, base: str, lang: str):
-    """A new session on the race page in live mode (not started yet). Switches to live as soon as the
-    toggle shows: that cuts the first visit's autoplay short (a widget change interrupts the running
-    script), which 10 sessions would otherwise all draw at once on 2 cores."""
-    ctx = browser.new_context(viewport=VIEWPORT)
-    p = ctx.new_page()
-    p.goto(f"{base}/race?lang={lang}", wait_until="commit", timeout=RERUN_MS)
-    click(p.locator(".st-key-race_live label").first)
-    return ctx, p
-
-
-def _fewest_tokens(p) -> None:
-    slider = p.locator(".st-key-race_max_new input[type='range']")
-    slider.focus(timeout=RERUN_MS)
-    slider.press("Home")  # the slider's minimum
-
-
-def _ready_to_run(p, i: int) -> None:
-    """Wait until session i shows the live controls at LIVE_TOKENS tokens and no lanes yet."""
-    p.locator(".st-key-race_max_new input[type='range']").wait_for(state="attached", timeout=RERUN_MS)
-    p.wait_for_function(
-        "(n) => document.querySelector('.st-key-race_max_new [data-testid=stSliderThumbValue]')"
-        "?.innerText.trim() === n", arg=str(LIVE_TOKENS), timeout=RERUN_MS, polling=250)
-    wait_idle(p, settle_ms=0)
-    assert_no_exception(p, f"session {i} race page, live mode")
-    assert p.locator(".st-key-race_max_new input[type='range']").input_value() == str(LIVE_TOKENS)
-    assert p.locator(".st-key-race_end button").is_disabled(), f"session {i}: lanes before the run"
-
-
-def _wait_race_done(p, i: int) -> None:
-    """Done when the run's closing rerun has enabled the replay controls and the app is idle. An error
-    (exception box or st.error) ends the wait too, and fails with its text."""
-    p.wait_for_function("""() => { const b = document.querySelector('.st-key-race_end button');
-        return (b && !b.disabled) || !!document.querySelector(
-          '[data-testid="stException"], [data-testid="stAlertContentError"]'); }""",
-                        timeout=MODEL_MS, polling=500)
-    wait_idle(p, timeout=MODEL_MS, settle_ms=0)
-    assert_no_exception(p, f"session {i} after its live race")
-    errors = p.locator('[data-testid="stAlertContentError"]')
-    assert not errors.count(), f"session {i}: {errors.first.inner_text()}"
-
-
-def _concurrent_races(browser, base: str, langs: list[str], expected: dict, label: str) -> float:
-    """SESSIONS sessions start a live race at once on the server at `base`; every one must end showing
-    `expected[lang]` in its exact lanes. Returns the seconds from the clicks until the last one is done."""
-    # Warm-up: one race alone loads the model and measures the n-gram drafter's verify costs, which the
-    # first race on a fresh server would otherwise pay inside the timed run.
-    phase = time.monotonic()
-    ctx, p = _live_race_page(browser, base, "en")
-    try:
-        _fewest_tokens(p)
-        _ready_to_run(p, -1)
-        click(p.locator(".st-key-race_run button"))
-        _wait_race_done(p, -1)
-    finally:
-        ctx.close()
-    print(f"[{label}] warm-up race: {time.monotonic() - phase:.1f} s")
-
-    phase = time.monotonic()
-    contexts = []
-    try:
-        for lang in langs:  # one page after the other (module docstring of _live_race_page)
-            contexts.append(_live_race_page(browser, base, lang))
-        pages = [p for _, p in contexts]
-        sessions = list(zip(pages, langs))
-        for i, p in enumerate(pages):
-            p.locator(".st-key-race_max_new input[type='range']").wait_for(state="attached", timeout=RERUN_MS)
-            wait_idle(p, settle_ms=0)
-            assert_no_exception(p, f"session {i} race page, live mode")
-        _each(pages, _fewest_tokens)
-        for i, p in enumerate(pages):
-            _ready_to_run(p, i)
-        start = time.monotonic()
-        print(f"[{label}] {SESSIONS} sessions set up: {start - phase:.1f} s")
-        _each(pages, lambda p: click(p.locator(".st-key-race_run button")))  # all at once
-        for i, p in enumerate(pages):
-            _wait_race_done(p, i)
-        elapsed = time.monotonic() - start
-        _each(pages, lambda p: click(p.locator(".st-key-race_end button")))
-        for i, (p, lang) in enumerate(sessions):
-            p.get_by_text(STRINGS[lang]["race_summary_h"], exact=True).wait_for(timeout=RERUN_MS)
-            wait_idle(p, settle_ms=0)
-            assert_no_exception(p, f"[{label}] session {i} after jump to end")
-            texts = lane_texts(p, lang)
-            for lane in EXACT_LANES:
-                assert texts.get(lane) == expected[lang], (
-                    f"[{label}] session {i} ({lang}) {lane}: {texts.get(lane)!r} != {expected[lang]!r}")
-            assert texts.get("nar"), f"[{label}] session {i}: empty NAR lane"
-        print(f"[{label}] {SESSIONS} live races ({LIVE_TOKENS} tokens, 4 lanes each) done in {elapsed:.1f} s")
-        if label == "batched":
-            scroll_to(pages[0].locator('[data-testid="stColumn"] h4'), 110)
-            screenshot(pages[0], "race-live")
-        return elapsed
-    finally:
-        for c, _ in contexts:
-            c.close()
-
-
 def test_concurrent_live_races_match_single_session(server, browser):
-    """10 sessions (one browser, 10 contexts) start a live race (4 lanes, 8 new tokens) at once, twice:
-    on a server with SPECDEC_APP_DECODE=lock (every decode under one lock, one session after another)
-    and on the module's server with the default (ar and spec lanes share the batch server's forwards).
-    Every session must end showing exactly the output `sd.generate` gives in this process; the test
-    prints how long the last session took either way, and the ratio. Half the sessions are Chinese
-    (the zh default prompt), so two different prompts are decoded side by side."""
+    """10 sessions (one browser, 10 contexts) start a live race (4 lanes, 8 new tokens) at once; the
+    server serialises model calls under one lock. Every session must end showing exactly the output
+    `sd.generate` gives in this process. Half the sessions are Chinese (the zh default prompt), so
+    two different prompts are decoded side by side."""
     import specdec_core as sd
 
     import torch
@@ -507,10 +395,69 @@ def test_concurrent_live_races_match_single_session(server, browser):
     finally:
         torch.set_num_threads(threads)
     assert expected["en"] != expected["zh"]
-    print(f"expected text computed in this process: {time.monotonic() - t0:.1f} s")
 
-    with streamlit_server("streamlit-browser-lock.log", SPECDEC_APP_DECODE="lock") as lock_base:
-        locked = _concurrent_races(browser, lock_base, langs, expected, "lock")
-    batched = _concurrent_races(browser, server, langs, expected, "batched")
-    print(f"{SESSIONS} concurrent live races, last one done: lock {locked:.1f} s, batched {batched:.1f} s, "
-          f"lock / batched = {locked / batched:.2f}x")
+    phase = time.monotonic()
+    print(f"expected text computed in this process: {phase - t0:.1f} s")
+    contexts = [browser.new_context(viewport=VIEWPORT) for _ in range(SESSIONS)]
+    try:
+        pages = [c.new_page() for c in contexts]
+        sessions = list(zip(pages, langs))
+        # Set every session up: open the race, switch to live, 8 new tokens.
+        # One page after the other, switching to live as soon as the toggle shows: that cuts the first
+        # visit's autoplay short (a widget change interrupts the running script), which 10 sessions
+        # would otherwise all draw at once on 2 cores.
+        for p, lang in sessions:
+            p.goto(f"{server}/race?lang={lang}", wait_until="commit", timeout=RERUN_MS)
+            click(p.locator(".st-key-race_live label").first)
+        print(f"  live toggles clicked: {time.monotonic() - phase:.1f} s")
+        for i, p in enumerate(pages):
+            p.locator(".st-key-race_max_new input[type='range']").wait_for(state="attached", timeout=RERUN_MS)
+            wait_idle(p, settle_ms=0)
+            assert_no_exception(p, f"session {i} race page, live mode")
+        print(f"  pages open in live mode: {time.monotonic() - phase:.1f} s")
+
+        def fewest_tokens(p):
+            slider = p.locator(".st-key-race_max_new input[type='range']")
+            slider.focus(timeout=RERUN_MS)
+            slider.press("Home")  # the slider's minimum
+
+        _each(pages, fewest_tokens)
+        for i, p in enumerate(pages):
+            p.wait_for_function(
+                "(n) => document.querySelector('.st-key-race_max_new [data-testid=stSliderThumbValue]')"
+                "?.innerText.trim() === n", arg=str(LIVE_TOKENS), timeout=RERUN_MS, polling=250)
+            wait_idle(p, settle_ms=0)
+            assert p.locator(".st-key-race_max_new input[type='range']").input_value() == str(LIVE_TOKENS)
+            assert p.locator(".st-key-race_end button").is_disabled(), f"session {i}: lanes before the run"
+
+        start = time.monotonic()
+        print(f"{SESSIONS} sessions set up: {start - phase:.1f} s")
+        _each(pages, lambda p: click(p.locator(".st-key-race_run button")))  # all at once
+        for i, (p, lang) in enumerate(sessions):
+            # Done when the run's closing rerun has enabled the replay controls and the app is idle.
+            # An error (exception box or st.error) ends the wait too, and fails with its text.
+            p.wait_for_function("""() => { const b = document.querySelector('.st-key-race_end button');
+                return (b && !b.disabled) || !!document.querySelector(
+                  '[data-testid="stException"], [data-testid="stAlertContentError"]'); }""",
+                                timeout=MODEL_MS, polling=500)
+            wait_idle(p, timeout=MODEL_MS, settle_ms=0)
+            assert_no_exception(p, f"session {i} after its live race")
+            errors = p.locator('[data-testid="stAlertContentError"]')
+            assert not errors.count(), f"session {i}: {errors.first.inner_text()}"
+        elapsed = time.monotonic() - start
+        _each(pages, lambda p: click(p.locator(".st-key-race_end button")))
+        for i, (p, lang) in enumerate(sessions):
+            p.get_by_text(STRINGS[lang]["race_summary_h"], exact=True).wait_for(timeout=RERUN_MS)
+            wait_idle(p, settle_ms=0)
+            assert_no_exception(p, f"session {i} after jump to end")
+            texts = lane_texts(p, lang)
+            for lane in EXACT_LANES:
+                assert texts.get(lane) == expected[lang], (
+                    f"session {i} ({lang}) {lane}: {texts.get(lane)!r} != {expected[lang]!r}")
+            assert texts.get("nar"), f"session {i}: empty NAR lane"
+        print(f"{SESSIONS} live races ({LIVE_TOKENS} tokens, 4 lanes each) done in {elapsed:.1f} s")
+        scroll_to(pages[0].locator('[data-testid="stColumn"] h4'), 110)
+        screenshot(pages[0], "race-live")
+    finally:
+        for c in contexts:
+            c.close()
