@@ -341,6 +341,33 @@ def test_metrics_add_up(tiny):
     assert 0 <= m["rollback_rate"] <= 1 and m["kv_entries_discarded"] == m["num_draft_tokens"] - m["num_accepted_tokens"]
 
 
+def test_steady_state_cuts_by_arrival_so_every_scheme_keeps_the_same_prompts():
+    """Closed loop, C = 2, 8 requests: the steady ones are arrivals 2..5 whatever their speeds. A cut by
+    completion would drop each scheme's slowest prompts instead (here: the 'slow' ones), flattering its median."""
+    from specdec_core.serving.loadtest import _SimRequest, speed_metrics, steady_state
+
+    def run(slow_label: str) -> list:
+        requests, free, now = [], [0.0, 0.0], 0.0
+        for i in range(8):
+            label = "slow" if i % 2 else "fast"
+            duration = 8.0 if label == slow_label else 1.0
+            start = min(free)
+            slot = free.index(start)
+            free[slot] = start + duration
+            requests.append(_SimRequest(i, start, start + duration, [(start + 0.1, 1), (start + duration, 9)], label))
+        return requests
+
+    for slow in ("slow", "fast"):
+        requests = run(slow)
+        steady, start, end = steady_state(requests, 2)
+        assert [r.id for r in steady] == [r.id for r in sorted(requests, key=lambda r: r.arrival_s)[2:6]]
+        assert start == steady[0].arrival_s and end == sorted(r.arrival_s for r in requests)[6]
+        m = speed_metrics(requests, 2, {"fast": "copy", "slow": "chat"})
+        assert set(m["per_user_by_category"]) == {"copy", "chat"} and m["steady_requests"] == 4
+    # Too short a run to leave 2 x C out: all of them, first arrival to last completion.
+    assert len(steady_state(run("slow")[:4], 2)[0]) == 4
+
+
 def test_workload_alternates_categories():
     cases = workload()
     assert len(cases) == 22 and {c.category for c in cases} == {"chat", "qa", "copy"}

@@ -6,7 +6,7 @@ import sys
 
 from ..errors import SpecDecError, ensure_writable
 from .costs import CostTable, measure_cost_table
-from .loadtest import LoadConfig, dumps, matched_throughput, run_load_test, workload
+from .loadtest import LoadConfig, dumps, matched_summary, run_load_test, workload
 
 
 def run_load_test_command(args) -> None:
@@ -42,10 +42,13 @@ def summary(result: dict) -> str:
         lines.append(f"{r['scheme']:15s} {r['concurrency']:3d}  {r['per_user_tok_s']:14.2f}  {r['aggregate_tok_s']:15.2f}  "
                      f"{r['ttft_s']:6.2f}  {r['p95_itl_s']:9.3f}  {r['mean_verify_tokens']:10.2f}  {r['tau']:4.2f}  "
                      f"{r['identical_to_ar']}")
+    def ratio(x: float | None) -> str:
+        return "%.2fx" % x if x else "null"
+
     for m in result.get("matched_throughput_all") or []:
-        ratio = m["per_user_speedup"]
-        lines.append(f"matched throughput: {m['scheme']} per-user speed {'%.2fx' % ratio if ratio else 'null (under 3 levels overlap)'} "
-                     f"over {m['baseline']} ({len(m['levels'])} levels)")
+        by_category = ", ".join(f"{c} {ratio(x)}" for c, x in m["per_user_speedup_by_category"].items())
+        lines.append(f"matched throughput: {m['scheme']} per-user speed {ratio(m['per_user_speedup'])} over {m['baseline']} "
+                     f"({len(m['levels'])} levels; mean {ratio(m['per_user_mean_speedup'])}; {by_category})")
     if result.get("batched_ar_c1_over_single"):
         lines.append(f"batched ar at concurrency 1 / single-request ar: {result['batched_ar_c1_over_single']:.3f}")
     return "\n".join(lines)
@@ -69,7 +72,7 @@ def run_replay_command(args) -> None:
     runs = replay(recorded, costs, max_new_tokens=args.max_new_tokens, threshold=args.threshold, concurrency=levels,
                   requests_per_level=args.requests_per_level)
     result = {"simulated": True, "replayed_from": str(args.replay), "cost_table": costs.__dict__, "runs": runs,
-              "matched_throughput": matched_throughput(runs, "spec-hardware")}
+              "matched_throughput": matched_summary(runs, "spec-hardware")}
     args.out.write_text(json.dumps(result, indent=1))
     for r in runs:
         print(f"[simulated] {r['scheme']:15s} C={r['concurrency']:3d} per-user {r['per_user_tok_s']:.2f} tok/s, "

@@ -66,6 +66,7 @@ class Request:
     prompt_ids: list[int]
     config: GenerationConfig
     arrival_s: float = 0.0
+    label: str = ""  # the caller's name for it (the load test: its prompt's id)
     state: DecodeState | None = None
     stopper: Stopper | None = None
     deliveries: list[tuple[float, int]] = field(default_factory=list)  # (time, tokens delivered)
@@ -116,10 +117,10 @@ class ServingEngine:
         self.ngram_survival = SurvivalStats()  # one table per run: every request's n-gram drafts feed it
 
     def submit(self, prompt: str | list[int] | list[dict], config: GenerationConfig, arrival_s: float | None = None,
-               raw: bool = False, events: bool = False) -> Request:
+               raw: bool = False, events: bool = False, label: str = "") -> Request:
         """Queue a request. A bad one is refused with its one-line error (request.error); others go on.
         events=True records its StepEvents (for traces and the app; costs a little time per step)."""
-        request = Request(self._next_id, [], config, self.clock() if arrival_s is None else arrival_s,
+        request = Request(self._next_id, [], config, self.clock() if arrival_s is None else arrival_s, label,
                           events=[] if events else None)
         self._next_id += 1
         try:

@@ -4,18 +4,26 @@ For each concurrency level C, 4 × C requests cycle through one fixed workload (
 and copy prompts in a seeded shuffle that spreads the categories evenly), arriving either closed-loop
 (C in flight: a request arrives when one finishes) or as a Poisson stream of rate λ. Levels run one
 after another and, within a level, the schemes run back to back on the same request list, so machine
-noise hits them alike. Metrics come from the steady state: the first C arrivals and the last C
-completions are left out (the batch is still filling up, or already draining).
+noise hits them alike.
+
+Metrics come from the steady state: the first C and the last C *arrivals* are left out (the batch is
+still filling up, or it drains while they run). Leaving out requests by arrival, not by completion,
+matters once speeds differ by prompt: the last C *completions* of a speculative scheme are mostly its
+slowest prompts (free text finishes after copied text), so cutting them would flatter its median.
+Cut by arrival, every scheme keeps the same prompts (arrivals follow one fixed order).
 
 Definitions (every figure of the output):
-- per-user tokens/s = (output tokens - 1) / (last-token time - first-token time), median over requests;
+- per-user tokens/s = (output tokens - 1) / (last-token time - first-token time), median over the
+  steady requests (also their mean, and the median per prompt category);
 - TTFT = first token - arrival; inter-token latency = gaps between successive deliveries to a request
   (a step that delivers 3 tokens is one gap), p50 and p95 over all gaps;
 - aggregate tokens/s = tokens delivered to anyone in the steady window / its length, the window running
-  from the first steady request's arrival to the last steady request's completion;
+  from the first steady arrival to the first of the last C arrivals: closed loop, C requests are in
+  flight throughout;
 - matched throughput: at each `ar` level's aggregate tokens/s, the scheme's per-user tokens/s linearly
   interpolated between its two measured levels around it (never extrapolated), over `ar`'s; at least
-  3 `ar` levels must fall inside the scheme's range, otherwise the ratio is null.
+  3 `ar` levels must fall inside the scheme's range, otherwise the ratio is null. The headline uses
+  the median per-user speed; the same ratio from the mean and per category comes with it.
 
 `replay` re-runs the schedulers on a run's recorded drafts (per step: proposal length, confidences and
 how many drafts matched the target) against another cost table, e.g. a GPU's, in simulated time.
@@ -117,27 +125,27 @@ def run_level(lm: LoadedModel, scheme: str, concurrency: int, cases: list[Prompt
         rng = random.Random(cfg.seed + concurrency)
         t = start
         for case in order:
-            engine.submit([{"role": "user", "content": case.turns[0]}], config, arrival_s=t)
+            engine.submit([{"role": "user", "content": case.turns[0]}], config, arrival_s=t, label=case.id)
             t += rng.expovariate(cfg.arrival_rate)
         engine.run(progress)
     else:  # closed loop: C in flight, the next one arrives when one finishes
         submitted = 0
         for _ in range(min(concurrency, total)):
-            engine.submit([{"role": "user", "content": order[submitted].turns[0]}], config, arrival_s=start)
+            engine.submit([{"role": "user", "content": order[submitted].turns[0]}], config, arrival_s=start,
+                          label=order[submitted].id)
             submitted += 1
         while not engine.idle:
             for request in engine.step():
                 if progress:
                     progress(request)
                 if submitted < total:
-                    engine.submit([{"role": "user", "content": order[submitted].turns[0]}], config)
+                    engine.submit([{"role": "user", "content": order[submitted].turns[0]}], config,
+                                  label=order[submitted].id)
                     submitted += 1
     requests = sorted(engine.finished, key=lambda r: r.id)
     errors = [r.error for r in requests if r.error]
     if errors:
         raise SpecDecError(f"a load-test request was refused: {errors[0]}")
-    for request, case in zip(requests, order):
-        request.case_id = case.id  # type: ignore[attr-defined]
     return requests, engine
 
 
@@ -151,22 +159,50 @@ def _percentile(values: list[float], q: float) -> float:
     return values[low] + (values[high] - values[low]) * (position - low)
 
 
-def level_metrics(requests: list[Request], concurrency: int, engine: ServingEngine | None = None) -> dict:
-    """The run's figures from its steady-state requests (see the module docstring)."""
-    by_finish = sorted(requests, key=lambda r: r.finish_s)
-    excluded = {r.id for r in sorted(requests, key=lambda r: (r.arrival_s, r.id))[:concurrency]}
-    excluded |= {r.id for r in by_finish[len(by_finish) - concurrency:]}
-    steady = [r for r in requests if r.id not in excluded] or requests  # tiny runs: use them all
-    per_user, ttft, gaps = [], [], []
+def steady_state(requests: list, concurrency: int) -> tuple[list, float, float]:
+    """The steady requests and window (module docstring): all of them, first arrival to last
+    completion, when a run is too short to leave 2 × C out."""
+    by_arrival = sorted(requests, key=lambda r: (r.arrival_s, r.id))
+    if len(by_arrival) > 2 * concurrency:
+        steady = by_arrival[concurrency:len(by_arrival) - concurrency]
+        start, end = steady[0].arrival_s, by_arrival[len(by_arrival) - concurrency].arrival_s
+        if end > start:
+            return steady, start, end
+    return by_arrival, by_arrival[0].arrival_s, max(r.finish_s for r in requests)
+
+
+def speed_metrics(requests: list, concurrency: int, category_of: dict[str, str] | None = None) -> dict:
+    """Per-user speed, TTFT, inter-token latency and aggregate throughput of a run's steady state.
+    Works on anything with id, label, arrival_s, finish_s and deliveries [(time, tokens)]: served
+    requests and the replay's simulated ones alike."""
+    steady, start, end = steady_state(requests, concurrency)
+    per_user, ttft, gaps = {}, [], []
     for r in steady:
         times = [t for t, n in r.deliveries if n > 0]
-        if len(r.output_ids) > 1 and times[-1] > times[0]:
-            per_user.append((len(r.output_ids) - 1) / (times[-1] - times[0]))
+        tokens = sum(n for _, n in r.deliveries)
+        if tokens > 1 and times[-1] > times[0]:
+            per_user[r.id] = (tokens - 1) / (times[-1] - times[0])
         ttft.append(times[0] - r.arrival_s)
         gaps += [b - a for a, b in zip(times, times[1:])]
-    window_start = min(r.arrival_s for r in steady)
-    window_end = max(r.finish_s for r in steady)
-    delivered = sum(n for r in requests for t, n in r.deliveries if window_start <= t <= window_end)
+    delivered = sum(n for r in requests for t, n in r.deliveries if start <= t <= end)
+    by_category: dict[str, list[float]] = {}
+    for r in steady:
+        if category_of and r.id in per_user:
+            by_category.setdefault(category_of[r.label], []).append(per_user[r.id])
+    return {
+        "num_requests": len(requests), "steady_requests": len(steady),
+        "per_user_tok_s": statistics.median(per_user.values()) if per_user else 0.0,
+        "per_user_mean_tok_s": statistics.fmean(per_user.values()) if per_user else 0.0,
+        "per_user_by_category": {c: statistics.median(v) for c, v in sorted(by_category.items())},
+        "ttft_s": statistics.median(ttft), "p50_itl_s": _percentile(gaps, 0.5), "p95_itl_s": _percentile(gaps, 0.95),
+        "aggregate_tok_s": delivered / (end - start) if end > start else 0.0,
+    }
+
+
+def level_metrics(requests: list[Request], concurrency: int, engine: ServingEngine | None = None,
+                  category_of: dict[str, str] | None = None) -> dict:
+    """The run's figures from its steady-state requests (see the module docstring)."""
+    steady, _, _ = steady_state(requests, concurrency)
     records = [s for r in steady for s in r.records]
     drafting = [s for s in records if s.verified]
     k_max = max((s.verified for s in records), default=0)
@@ -178,10 +214,7 @@ def level_metrics(requests: list[Request], concurrency: int, engine: ServingEngi
     num_draft_tokens = sum(s.verified for s in drafting)
     num_accepted = sum(s.accepted for s in drafting)
     return {
-        "num_requests": len(requests), "steady_requests": len(steady),
-        "per_user_tok_s": statistics.median(per_user) if per_user else 0.0,
-        "ttft_s": statistics.median(ttft), "p50_itl_s": _percentile(gaps, 0.5), "p95_itl_s": _percentile(gaps, 0.95),
-        "aggregate_tok_s": delivered / (window_end - window_start) if window_end > window_start else 0.0,
+        **speed_metrics(requests, concurrency, category_of),
         "mean_verify_tokens": 1 + num_draft_tokens / len(records) if records else 1.0,  # per request per step
         "tau": sum(s.emitted for s in records) / len(records) if records else 0.0,
         "num_drafts": len(drafting), "num_draft_tokens": num_draft_tokens, "num_accepted_tokens": num_accepted,
@@ -198,21 +231,38 @@ def level_metrics(requests: list[Request], concurrency: int, engine: ServingEngi
 # --- matched throughput -------------------------------------------------------------------------
 
 
-def matched_throughput(runs: list[dict], scheme: str, baseline: str = "ar") -> dict:
-    """Per-user speedup of `scheme` over `baseline` at equal aggregate throughput (module docstring)."""
+def matched_throughput(runs: list[dict], scheme: str, baseline: str = "ar", key: str = "per_user_tok_s",
+                       category: str | None = None) -> dict:
+    """Per-user speedup of `scheme` over `baseline` at equal aggregate throughput (module docstring).
+    key: which per-user figure (the median, or "per_user_mean_tok_s"); category: that category's median."""
+    def speed(run: dict) -> float:
+        return run["per_user_by_category"][category] if category else run[key]
+
+    if category:  # levels whose steady state holds none of the category's prompts say nothing of it
+        runs = [r for r in runs if category in r["per_user_by_category"]]
     base = sorted((r for r in runs if r["scheme"] == baseline), key=lambda r: r["aggregate_tok_s"])
-    curve = sorted(((r["aggregate_tok_s"], r["per_user_tok_s"]) for r in runs if r["scheme"] == scheme))
+    curve = sorted(((r["aggregate_tok_s"], speed(r)) for r in runs if r["scheme"] == scheme))
     levels = []
     for b in base:
         a = b["aggregate_tok_s"]
         for (a0, u0), (a1, u1) in zip(curve, curve[1:]):
             if a0 <= a <= a1 and a1 > a0:
                 u = u0 + (u1 - u0) * (a - a0) / (a1 - a0)
-                levels.append({"concurrency": b["concurrency"], "aggregate_tok_s": a, "baseline_per_user_tok_s": b["per_user_tok_s"],
-                               "scheme_per_user_tok_s": u, "ratio": u / b["per_user_tok_s"]})
+                levels.append({"concurrency": b["concurrency"], "aggregate_tok_s": a, "baseline_per_user_tok_s": speed(b),
+                               "scheme_per_user_tok_s": u, "ratio": u / speed(b)})
                 break
     ratio = statistics.median(l["ratio"] for l in levels) if len(levels) >= 3 else None
     return {"scheme": scheme, "baseline": baseline, "per_user_speedup": ratio, "levels": levels}
+
+
+def matched_summary(runs: list[dict], scheme: str, baseline: str = "ar") -> dict:
+    """matched_throughput on the median per-user speed, with the same ratio from the mean and per
+    prompt category beside it (a median over mixed categories can sit in one category's cluster)."""
+    categories = sorted({c for r in runs if r["scheme"] == scheme for c in r.get("per_user_by_category", {})})
+    return {**matched_throughput(runs, scheme, baseline),
+            "per_user_mean_speedup": matched_throughput(runs, scheme, baseline, "per_user_mean_tok_s")["per_user_speedup"],
+            "per_user_speedup_by_category": {c: matched_throughput(runs, scheme, baseline, category=c)["per_user_speedup"]
+                                             for c in categories}}
 
 
 # --- references and the whole experiment --------------------------------------------------------
@@ -261,25 +311,28 @@ def run_load_test(lm: LoadedModel, cfg: LoadConfig, bar=None, prompts: Path = PR
     cost_s = time.perf_counter() - started
     used = {cases[i % len(cases)].id: cases[i % len(cases)] for i in range(cfg.requests_per_level * max(cfg.concurrency))}
     references = reference_outputs(lm, list(used.values()), cfg.max_new_tokens)
-    runs, records = [], {}
+    category_of = {c.id: c.category for c in cases}
+    runs, records, timings = [], {}, {}
     single = None
     for concurrency in cfg.concurrency:
         for scheme in cfg.schemes:
             requests, engine = run_level(lm, scheme, concurrency, cases, cfg, costs,
                                          progress=(lambda _: bar.update(1)) if bar else None)
-            identical = sum(r.output_ids == references[r.case_id] for r in requests)
+            identical = sum(r.output_ids == references[r.label] for r in requests)
             config, scheduler = scheme_config(scheme, cfg)
             runs.append({"scheme": scheme, "drafter": cfg.drafter if config.mode == "spec" else None,
                          "scheduler": scheduler, "k": config.k if config.mode == "spec" else 0,
                          "concurrency": concurrency, "arrival_rate": cfg.arrival_rate,
-                         **level_metrics(requests, concurrency, engine),
+                         **level_metrics(requests, concurrency, engine, category_of),
                          "identical_to_ar": f"{identical}/{len(requests)}"})
+            start = min(r.arrival_s for r in requests)
+            timings[f"{scheme}@{concurrency}"] = [request_timing(r, start) for r in requests]
             if scheme == "spec-fixed":
                 records[str(concurrency)] = [{"prompt_tokens": len(r.prompt_ids),
                                               "steps": [[s.drafted, s.survived, [round(c, 4) for c in s.confidence]]
                                                         for s in r.records]} for r in requests]
             if concurrency == 1 and scheme == "ar" and not cfg.arrival_rate:
-                single = single_request_ar(lm, [r_case for r_case in (cases[i % len(cases)] for i in range(len(requests)))], cfg)
+                single = single_request_ar(lm, [cases[i % len(cases)] for i in range(len(requests))], cfg)
     result = {
         "environment": environment(lm, costs, cost_s, time.perf_counter() - started),
         "config": {**cfg.__dict__, "concurrency": list(cfg.concurrency), "schemes": list(cfg.schemes)},
@@ -287,23 +340,34 @@ def run_load_test(lm: LoadedModel, cfg: LoadConfig, bar=None, prompts: Path = PR
         "single_request_ar_tok_s": single,
         "batched_ar_c1_over_single": (next((r["per_user_tok_s"] for r in runs if r["scheme"] == "ar" and r["concurrency"] == 1), 0.0)
                                       / single) if single else None,
-        "matched_throughput": matched_throughput(runs, "spec-hardware") if "spec-hardware" in cfg.schemes and "ar" in cfg.schemes else None,
-        "matched_throughput_all": [matched_throughput(runs, s) for s in cfg.schemes if s != "ar" and "ar" in cfg.schemes],
-        "matched_throughput_vs": {b: matched_throughput(runs, "spec-hardware", b) for b in cfg.schemes
+        "matched_throughput": matched_summary(runs, "spec-hardware") if "spec-hardware" in cfg.schemes and "ar" in cfg.schemes else None,
+        "matched_throughput_all": [matched_summary(runs, s) for s in cfg.schemes if s != "ar" and "ar" in cfg.schemes],
+        "matched_throughput_vs": {b: matched_summary(runs, "spec-hardware", b) for b in cfg.schemes
                                   if b.startswith("mtp") and "spec-hardware" in cfg.schemes},
         "cost_table": costs.__dict__,
         "records": {"scheme": "spec-fixed", "k": cfg.k, "drafter": cfg.drafter, "levels": records,
                     "format": "per request: prompt_tokens and, per step, [drafted, drafts matching the target, confidences]"},
+        "requests": {"levels": timings, "format": "per run (scheme@concurrency), per request in arrival order: "
+                                                  "[prompt id, arrival, first token, last token, tokens], seconds from the run's start"},
     }
     return result
 
 
+def request_timing(request: Request, start: float) -> list:
+    """One request's timeline, compact: enough to recompute per-user speed and TTFT with another rule."""
+    times = [t for t, n in request.deliveries if n > 0]
+    return [request.label, round(request.arrival_s - start, 4), round(times[0] - start, 4), round(times[-1] - start, 4),
+            sum(n for _, n in request.deliveries)]
+
+
+BULK = ("records", "requests")  # per-request data: one line each in the JSON
+
+
 def dumps(result: dict) -> str:
-    """The results as indented JSON, except the recorded drafts, which stay on one line (they are bulk)."""
-    head = json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1)
-    if "records" not in result:
-        return head
-    return head[:-2] + ',\n "records": ' + json.dumps(result["records"], separators=(",", ":")) + "\n}"
+    """The results as indented JSON, except the per-request data (BULK), which stays on one line each."""
+    head = json.dumps({k: v for k, v in result.items() if k not in BULK}, indent=1)
+    bulk = [f' "{k}": ' + json.dumps(result[k], separators=(",", ":")) for k in BULK if k in result]
+    return head[:-2] + "".join(",\n" + b for b in bulk) + "\n}" if bulk else head
 
 
 def environment(lm: LoadedModel, costs: CostTable, cost_s: float, wall_s: float) -> dict:
@@ -389,7 +453,7 @@ def replay(recorded: dict, costs: CostTable, schemes=("ar", "spec-fixed", "spec-
                         active.remove(r)
                         finished.append(_SimRequest(r.id, arrivals[r.id], now, deliveries[r.id]))
             out.append({"scheme": scheme, "concurrency": concurrency, "simulated": True,
-                        **_sim_metrics(finished, concurrency)})
+                        **speed_metrics(finished, concurrency)})
     return out
 
 
@@ -399,20 +463,4 @@ class _SimRequest:
     arrival_s: float
     finish_s: float
     deliveries: list
-
-
-def _sim_metrics(requests: list[_SimRequest], concurrency: int) -> dict:
-    by_finish = sorted(requests, key=lambda r: r.finish_s)
-    by_arrival = sorted(requests, key=lambda r: (r.arrival_s, r.id))
-    excluded = {r.id for r in by_arrival[:concurrency]} | {r.id for r in by_finish[len(by_finish) - concurrency:]}
-    steady = [r for r in requests if r.id not in excluded] or requests
-    per_user = []
-    for r in steady:
-        tokens = sum(n for _, n in r.deliveries)
-        span = r.deliveries[-1][0] - r.deliveries[0][0]
-        if tokens > 1 and span > 0:
-            per_user.append((tokens - 1) / span)
-    start, end = min(r.arrival_s for r in steady), max(r.finish_s for r in steady)
-    delivered = sum(n for r in requests for t, n in r.deliveries if start <= t <= end)
-    return {"per_user_tok_s": statistics.median(per_user) if per_user else 0.0,
-            "aggregate_tok_s": delivered / (end - start) if end > start else 0.0}
+    label: str = ""
