@@ -157,12 +157,22 @@ def prefill(target: Target, state: DecodeState, config: GenerationConfig, stoppe
     seconds: list[float] = []
     with timed(target.lm.device, seconds):
         logits = target.forward(state.cache, state.prompt_ids, last_only=True).logits
-        logits = process_logits(logits, state.prompt_ids, [], config.sampling)
-        token = choose(logits[-1], config.sampling, state.generator)
-    prob = float(logits_to_probs(logits[-1], config.sampling)[token])
+        token, prob = first_token(state, config, logits)
     emit(state, [token], stopper)
-    return StepEvent(index=0, mode=config.mode, kind="prefill", emitted=piecer.tokens(state.prompt_ids, [token], [prob]),
-                     verify_s=seconds[0])
+    return prefill_event(config, piecer, state.prompt_ids, token, prob, seconds[0])
+
+
+def first_token(state: DecodeState, config: GenerationConfig, logits: torch.Tensor) -> tuple[int, float]:
+    """The first new token chosen from the prompt's last logits (1, V), and its probability (for display)."""
+    logits = process_logits(logits, state.prompt_ids, [], config.sampling)
+    token = choose(logits[-1], config.sampling, state.generator)
+    return token, float(logits_to_probs(logits[-1], config.sampling)[token])
+
+
+def prefill_event(config: GenerationConfig, piecer: Piecer, prompt_ids: list[int], token: int, prob: float,
+                  seconds: float) -> StepEvent:
+    return StepEvent(index=0, mode=config.mode, kind="prefill", emitted=piecer.tokens(prompt_ids, [token], [prob]),
+                     verify_s=seconds)
 
 
 @dataclass

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decode import DecodeState, GenerationConfig, Stopper, commit, emit, step_event, verify_row
+from ..decode import (DecodeState, GenerationConfig, Stopper, commit, emit, first_token, prefill_event, step_event,
+                      verify_row)
 from ..drafters import Draft, Drafter, NgramDrafter, make_drafter
 from ..drafters.ngram import SurvivalStats
 from ..errors import SpecDecError
 from ..models import LoadedModel
-from ..sampling import choose, logits_to_probs, process_logits
 from ..target import synchronize
 from ..trace import Piecer, StepEvent
 from .batch import RaggedCache, batch_forward
@@ -175,16 +175,13 @@ class ServingEngine:
         start = self.clock()
         with torch.inference_mode():
             logits = batch_forward(self.lm.model, self.cache, slot, [request.prompt_ids], last_only=True)[0][0]  # (1, V)
-        logits = process_logits(logits, request.prompt_ids, [], config.sampling)
-        token = choose(logits[-1], config.sampling, generator)
+        token, prob = first_token(request.state, config, logits)
         emit(request.state, [token], request.stopper)
         synchronize(self.lm.device)
         now = self.clock()
         request.deliveries.append((now, 1))
         if request.events is not None:
-            prob = float(logits_to_probs(logits[-1], config.sampling)[token])
-            request.events.append(StepEvent(index=0, mode=config.mode, kind="prefill", verify_s=now - start,
-                                            emitted=self.piecer.tokens(request.prompt_ids, [token], [prob])))
+            request.events.append(prefill_event(config, self.piecer, request.prompt_ids, token, prob, now - start))
 
     def _drafts(self) -> tuple[list[Draft | None], float]:
         """Every spec request's proposal (as far as it can draft, within its k and tokens left)."""

@@ -77,15 +77,9 @@ class ConfidenceScheduler(Scheduler):
         self.threshold = threshold
 
     def verify_lengths(self, candidates: list[Candidate], costs: CostTable | None, draft_s: float) -> list[int]:
-        # A stopping rule: the decision on draft i reads S_1 .. S_i only.
-        return [sum(1 for _ in _while_above(prefix_survival(c.draft, c.limit), self.threshold)) for c in candidates]
-
-
-def _while_above(survival: list[float], threshold: float):
-    for s in survival:
-        if s < threshold:
-            return
-        yield s
+        # S_i never grows with i (a product of factors <= 1), so counting the S_i above the threshold is
+        # the stopping rule "verify until S_i falls below it": the decision on draft i reads S_1 .. S_i only.
+        return [sum(s >= self.threshold for s in prefix_survival(c.draft, c.limit)) for c in candidates]
 
 
 class HardwareScheduler(Scheduler):
