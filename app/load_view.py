@@ -104,14 +104,20 @@ def environment_label(results: dict, took: bool = True) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def first_fixed_below_ar(results: dict) -> dict | None | bool:
-    """The lowest concurrency at which spec-fixed's aggregate tokens/s is below ar's, with both values;
-    None when it never is at the levels both ran; False when either scheme is missing."""
+    """The concurrency from which spec-fixed's aggregate tokens/s stays below ar's at every higher level
+    both ran (where it starts to lose for good: a dip at a low level that recovers is noise or the
+    level's prompt mix), with both values there; None when it ends above ar; False when either scheme
+    is missing."""
     ar = {r["concurrency"]: r["aggregate_tok_s"] for r in runs_of(results, "ar")}
     fixed = {r["concurrency"]: r["aggregate_tok_s"] for r in runs_of(results, "spec-fixed")}
     levels = sorted(set(ar) & set(fixed))
     if not levels:
         return False
-    c = next((c for c in levels if fixed[c] < ar[c]), None)
+    c = None
+    for level in reversed(levels):
+        if fixed[level] >= ar[level]:
+            break
+        c = level
     return None if c is None else {"concurrency": c, "fixed": fixed[c], "ar": ar[c]}
 
 
@@ -144,6 +150,10 @@ def findings(results: dict) -> list[str]:
         else:
             lines.append(t("load_find_matched", scheme=scheme_label(m["scheme"]), ratio=f"{speedup:.2f}",
                            pct=f"{100 * (speedup - 1):+.0f}", n=len(m.get("levels") or [])))
+            mean, by_category = m.get("per_user_mean_speedup"), m.get("per_user_speedup_by_category") or {}
+            if mean and by_category:
+                cats = ", ".join(f"{c} {x:.2f}×" if x else f"{c} –" for c, x in by_category.items())
+                lines.append(t("load_find_spread", mean=f"{mean:.2f}", cats=cats))
     below = first_fixed_below_ar(results)
     if below is None:
         lines.append(t("load_find_fixed_never"))

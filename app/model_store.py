@@ -1,6 +1,7 @@
 """The app's model: loaded once per server, shared by every session.
 
-Two ways to decode (SPECDEC_APP_DECODE):
+Two ways to decode (SPECDEC_APP_DECODE for the server; a page opened with ?decode=lock or
+?decode=batched overrides it for that session, so a teacher can show both side by side):
 - `batched` (the default): live `ar` and `spec` decodes go through one `BatchServer` per server and
   model, so sessions that decode at the same time share each target forward instead of queueing.
   Everything else (nar and jacobi loops, cost measurements, experiments) still runs one at a time
@@ -35,8 +36,8 @@ def model_name() -> str:
 
 
 def decode_mode() -> str:
-    """`batched` (default) or `lock`, from SPECDEC_APP_DECODE (module docstring)."""
-    mode = os.environ.get("SPECDEC_APP_DECODE", "batched").strip().lower() or "batched"
+    """`batched` (default) or `lock`: the page's ?decode=, else SPECDEC_APP_DECODE (module docstring)."""
+    mode = (st.query_params.get("decode") or os.environ.get("SPECDEC_APP_DECODE", "")).strip().lower()
     return mode if mode in DECODE_MODES else "batched"
 
 

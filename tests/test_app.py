@@ -76,7 +76,7 @@ LOAD_RUNS = {  # scheme -> [(concurrency, per-user tok/s, aggregate tok/s, mean 
 
 
 def load_results(levels=(1, 2, 4, 8), fixed_scale: float = 1.0) -> dict:
-    from specdec_core.serving.loadtest import matched_throughput
+    from specdec_core.serving.loadtest import matched_summary
 
     runs = []
     for scheme, rows in LOAD_RUNS.items():
@@ -87,11 +87,12 @@ def load_results(levels=(1, 2, 4, 8), fixed_scale: float = 1.0) -> dict:
             decisions = {"0": c, "8": 10 - c} if scheme == "spec-hardware" else {"0": 10}
             runs.append({"scheme": scheme, "drafter": None if scheme == "ar" else "ngram", "k": 0 if scheme == "ar" else 8,
                          "concurrency": c, "num_requests": 4 * c, "per_user_tok_s": float(user),
+                         "per_user_mean_tok_s": 1.25 * user, "per_user_by_category": {"chat": float(user), "copy": 2.0 * user},
                          "ttft_s": 0.05 * c, "p50_itl_s": 1 / user, "p95_itl_s": 1.5 / user,
                          "aggregate_tok_s": aggregate * scale, "mean_verify_tokens": verify, "tau": 1.5,
                          "identical_to_ar": f"{4 * c}/{4 * c}", "scheduler_decisions": decisions,
                          "rollback_rate": 0.2, "accepted_per_pos": [0.8, 0.6]})
-    matched = [matched_throughput(runs, s) for s in LOAD_RUNS if s != "ar"]
+    matched = [matched_summary(runs, s) for s in LOAD_RUNS if s != "ar"]
     return {"environment": {"model": "smollm2-135m", "cpu": "test-cpu", "torch": "0.0", "date": "2026-12-02",
                             "machine": "smollm2-135m on cpu (float32, 2 threads)", "wall_s": 600.0},
             "config": {"max_new_tokens": 64, "concurrency": list(levels)}, "runs": runs,
@@ -286,12 +287,16 @@ def test_race_live_disables_run_on_an_empty_prompt_and_refuses_a_huge_one():
     assert any("at most 2000 tokens" in w.value for w in at.warning)
 
 
-@pytest.mark.parametrize("decode", ["batched", "lock"])
-def test_race_live_decodes_a_prompt_with_the_model(monkeypatch, decode):
-    """Both decode modes give four lanes; only the lock mode runs ar and spec in loops of their own."""
+@pytest.mark.parametrize("decode, query", [("batched", ""), ("lock", ""), ("lock", "lock"), ("batched", "batched")])
+def test_race_live_decodes_a_prompt_with_the_model(monkeypatch, decode, query):
+    """Both decode modes give four lanes; only the lock mode runs ar and spec in loops of their own.
+    The mode comes from SPECDEC_APP_DECODE, or from the page's ?decode= when given (which wins)."""
     import specdec_core as sd
 
-    monkeypatch.setenv("SPECDEC_APP_DECODE", decode)
+    if query:
+        monkeypatch.setenv("SPECDEC_APP_DECODE", "batched" if query == "lock" else "lock")  # the query must win
+    else:
+        monkeypatch.setenv("SPECDEC_APP_DECODE", decode)
     own_loops, stream = [], sd.stream
 
     def spy(lm, prompt, config, *args, **kwargs):
@@ -300,6 +305,8 @@ def test_race_live_decodes_a_prompt_with_the_model(monkeypatch, decode):
 
     monkeypatch.setattr(sd, "stream", spy)
     at = open_page("race", "en")
+    if query:
+        at.query_params["decode"] = query
     ok(at.toggle(key="race_live").set_value(True).run())
     ok(at.text_area(key="race_prompt").set_value("Say hello.").run())
     ok(at.slider(key="race_max_new").set_value(8).run())
@@ -383,6 +390,7 @@ def test_pays_shows_the_load_results_and_says_what_they_mean():
     en = _strings("en")
     assert en["load_find_matched"].format(scheme="spec-hardware", ratio="2.00", pct="+100", n=3) in body
     assert en["load_find_fixed_below"].format(c=4, fixed="64.0", ar="72.0") in body
+    assert en["load_find_spread"].format(mean="2.00", cats="chat 2.00×, copy 2.00×") in body
     assert en["load_find_top"].format(c=8, hw="96.0", ar="80.0", ratio="1.20") in body
     assert en["load_find_identical"].format(same=240, total=240) in body
     assert "test-cpu" in body and "2026-12-02" in body and "make load-test" in body and "10 min" in body
@@ -407,6 +415,21 @@ def test_pays_load_findings_in_the_other_cases(tmp_path, monkeypatch, levels, fi
         n = len(load_results(levels, fixed_scale)["matched_throughput"]["levels"])
         text = strings[expected].format(scheme=strings["load_scheme_spec_hardware"], n=n)
         assert text in texts(at)
+
+
+def test_spec_fixed_starts_to_lose_where_it_stays_below_ar():
+    """A dip at a low level that recovers (e.g. that level's few requests had nothing to copy) is not
+    where fixed drafting starts to lose: that is the level from which it stays below."""
+    import load_view
+
+    def results(fixed: list[float]) -> dict:
+        ar = [10.0, 20.0, 30.0, 40.0]
+        return {"runs": [{"scheme": s, "concurrency": c, "aggregate_tok_s": a}
+                         for s, values in (("ar", ar), ("spec-fixed", fixed)) for c, a in zip((1, 2, 4, 8), values)]}
+
+    assert load_view.first_fixed_below_ar(results([9.0, 25.0, 29.0, 39.0]))["concurrency"] == 4
+    assert load_view.first_fixed_below_ar(results([9.0, 25.0, 35.0, 41.0])) is None
+    assert load_view.first_fixed_below_ar({"runs": []}) is False
 
 
 def test_pays_warns_when_the_load_results_are_missing_or_unreadable(tmp_path, monkeypatch):
