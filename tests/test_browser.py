@@ -5,8 +5,9 @@
 - the race replays a shipped trace to the end, and the exact lanes show exactly the AR text;
 - a quiz question is answered and graded;
 - the language follows ?lang= and the sidebar switch;
-- 10 simultaneous sessions (one browser, 10 contexts) each run a short live race on the real model
-  and every one shows exactly what `sd.generate` gives in this process.
+- 6 simultaneous sessions (one browser, 6 contexts) each run a short live race on the real model
+  and every one shows exactly what `sd.generate` gives in this process, with the app's batched
+  decoding and again with ?decode=lock; the test reports how much sooner the last one finishes batched.
 
 The browser is Debian's chromium at /usr/bin/chromium (`apt-get install -y chromium`, or `make browser`
 as root); never a browser downloaded by `playwright install`. Without it the tests skip, except
@@ -39,7 +40,7 @@ ROUND_TRIP = ("inspector", "lab", "quiz", "lessons")  # pages with selectboxes o
 LANES = ("ar", "nar", "jacobi", "spec")
 EXACT_LANES = ("ar", "jacobi", "spec")  # lanes whose text must equal AR's (NAR garbles on purpose)
 LIVE_TOKENS = 8  # the live-race slider's minimum
-SESSIONS = 10
+SESSIONS = 6  # concurrent live races, run twice: batched and under the lock
 
 # Torch threads of the server (and of this process while it computes the expected text, so both sum
 # floats the same way). One thread: on a 2-core machine shared with other work, two torch threads
@@ -49,6 +50,7 @@ THREADS = int(os.environ.get("SPECDEC_TEST_THREADS") or os.environ.get("OMP_NUM_
 # Budgets (ms). The first model load (and the lab's cost-model measurement) is slow on a busy CPU.
 RERUN_MS = 60_000
 MODEL_MS = 240_000
+RACES_MS = 600_000  # concurrent live races: under the lock they run one after another
 
 
 def _strings(lang: str) -> dict:
@@ -372,16 +374,90 @@ def _each(pages, action) -> None:
         action(p)
 
 
+def _concurrent_races(browser, server: str, langs: list[str], expected: dict, decode: str) -> float:
+    """Open one session per entry of `langs` on the race page with ?decode=`decode`, set each to a live
+    race of LIVE_TOKENS tokens, click every Run at once, and check that every session ends showing
+    `expected[lang]` in its exact lanes. Returns the seconds from the clicks until the last was done."""
+    phase = time.monotonic()
+    contexts = [browser.new_context(viewport=VIEWPORT) for _ in langs]
+    try:
+        pages = [c.new_page() for c in contexts]
+        sessions = list(zip(pages, langs))
+        # One page after the other, switching to live as soon as the toggle shows: that cuts the first
+        # visit's autoplay short (a widget change interrupts the running script), which all sessions
+        # would otherwise draw at once on 2 cores.
+        for p, lang in sessions:
+            p.goto(f"{server}/race?lang={lang}&decode={decode}", wait_until="commit", timeout=RERUN_MS)
+            click(p.locator(".st-key-race_live label").first)
+        for i, p in enumerate(pages):
+            p.locator(".st-key-race_max_new input[type='range']").wait_for(state="attached", timeout=RERUN_MS)
+            wait_idle(p, settle_ms=0)
+            assert_no_exception(p, f"[{decode}] session {i} race page, live mode")
+
+        def fewest_tokens(p):
+            slider = p.locator(".st-key-race_max_new input[type='range']")
+            slider.focus(timeout=RERUN_MS)
+            slider.press("Home")  # the slider's minimum
+
+        _each(pages, fewest_tokens)
+        for i, p in enumerate(pages):
+            p.wait_for_function(
+                "(n) => document.querySelector('.st-key-race_max_new [data-testid=stSliderThumbValue]')"
+                "?.innerText.trim() === n", arg=str(LIVE_TOKENS), timeout=RERUN_MS, polling=250)
+            wait_idle(p, settle_ms=0)
+            assert p.locator(".st-key-race_max_new input[type='range']").input_value() == str(LIVE_TOKENS)
+            assert p.locator(".st-key-race_end button").is_disabled(), f"[{decode}] session {i}: lanes before the run"
+
+        start = time.monotonic()
+        print(f"[{decode}] {len(pages)} sessions set up: {start - phase:.1f} s")
+        _each(pages, lambda p: click(p.locator(".st-key-race_run button")))  # all at once
+        for i, p in enumerate(pages):
+            # Done when the run's closing rerun has enabled the replay controls and the app is idle.
+            # An error (exception box or st.error) ends the wait too, and fails with its text.
+            p.wait_for_function("""() => { const b = document.querySelector('.st-key-race_end button');
+                return (b && !b.disabled) || !!document.querySelector(
+                  '[data-testid="stException"], [data-testid="stAlertContentError"]'); }""",
+                                timeout=RACES_MS, polling=500)
+            wait_idle(p, timeout=RACES_MS, settle_ms=0)
+            assert_no_exception(p, f"[{decode}] session {i} after its live race")
+            errors = p.locator('[data-testid="stAlertContentError"]')
+            assert not errors.count(), f"[{decode}] session {i}: {errors.first.inner_text()}"
+        elapsed = time.monotonic() - start
+        _each(pages, lambda p: click(p.locator(".st-key-race_end button")))
+        for i, (p, lang) in enumerate(sessions):
+            p.get_by_text(STRINGS[lang]["race_summary_h"], exact=True).wait_for(timeout=RERUN_MS)
+            wait_idle(p, settle_ms=0)
+            assert_no_exception(p, f"[{decode}] session {i} after jump to end")
+            texts = lane_texts(p, lang)
+            for lane in EXACT_LANES:
+                assert texts.get(lane) == expected[lang], (
+                    f"[{decode}] session {i} ({lang}) {lane}: {texts.get(lane)!r} != {expected[lang]!r}")
+            assert texts.get("nar"), f"[{decode}] session {i}: empty NAR lane"
+        print(f"[{decode}] {len(pages)} live races ({LIVE_TOKENS} tokens, 4 lanes each): the last done {elapsed:.1f} s "
+              "after the clicks")
+        if decode == "batched" and len(pages) > 1:
+            scroll_to(pages[0].locator('[data-testid="stColumn"] h4'), 110)
+            screenshot(pages[0], "race-live")
+        return elapsed
+    finally:
+        for c in contexts:
+            c.close()
+
+
 def test_concurrent_live_races_match_single_session(server, browser):
-    """10 sessions (one browser, 10 contexts) start a live race (4 lanes, 8 new tokens) at once; the
-    server serialises model calls under one lock. Every session must end showing exactly the output
-    `sd.generate` gives in this process. Half the sessions are Chinese (the zh default prompt), so
-    two different prompts are decoded side by side."""
+    """SESSIONS sessions (one browser, a context each) start a live race (4 lanes, 8 new tokens) at
+    once, first with the app's batched decoding (ar and spec lanes of all sessions share the batch
+    server's forwards), then with ?decode=lock (every decode under the one model lock, one session
+    after another). Every session must end showing exactly the output `sd.generate` gives in this
+    process, both times. Half the sessions are Chinese (the zh default prompt), so two different
+    prompts are decoded side by side. One race alone runs first, so that neither timed round pays for
+    the server's one-time work (loading the model, measuring the n-gram drafter's verify costs). The
+    test reports how much sooner the last session finishes when batched (printed, and kept in
+    test-output/browser-concurrency.json)."""
     import specdec_core as sd
 
     import torch
 
-    t0 = time.monotonic()
     lm = sd.load_model("smollm2-135m")
     langs = ["en" if i % 2 == 0 else "zh" for i in range(SESSIONS)]
     expected = {}
@@ -396,68 +472,12 @@ def test_concurrent_live_races_match_single_session(server, browser):
         torch.set_num_threads(threads)
     assert expected["en"] != expected["zh"]
 
-    phase = time.monotonic()
-    print(f"expected text computed in this process: {phase - t0:.1f} s")
-    contexts = [browser.new_context(viewport=VIEWPORT) for _ in range(SESSIONS)]
-    try:
-        pages = [c.new_page() for c in contexts]
-        sessions = list(zip(pages, langs))
-        # Set every session up: open the race, switch to live, 8 new tokens.
-        # One page after the other, switching to live as soon as the toggle shows: that cuts the first
-        # visit's autoplay short (a widget change interrupts the running script), which 10 sessions
-        # would otherwise all draw at once on 2 cores.
-        for p, lang in sessions:
-            p.goto(f"{server}/race?lang={lang}", wait_until="commit", timeout=RERUN_MS)
-            click(p.locator(".st-key-race_live label").first)
-        print(f"  live toggles clicked: {time.monotonic() - phase:.1f} s")
-        for i, p in enumerate(pages):
-            p.locator(".st-key-race_max_new input[type='range']").wait_for(state="attached", timeout=RERUN_MS)
-            wait_idle(p, settle_ms=0)
-            assert_no_exception(p, f"session {i} race page, live mode")
-        print(f"  pages open in live mode: {time.monotonic() - phase:.1f} s")
-
-        def fewest_tokens(p):
-            slider = p.locator(".st-key-race_max_new input[type='range']")
-            slider.focus(timeout=RERUN_MS)
-            slider.press("Home")  # the slider's minimum
-
-        _each(pages, fewest_tokens)
-        for i, p in enumerate(pages):
-            p.wait_for_function(
-                "(n) => document.querySelector('.st-key-race_max_new [data-testid=stSliderThumbValue]')"
-                "?.innerText.trim() === n", arg=str(LIVE_TOKENS), timeout=RERUN_MS, polling=250)
-            wait_idle(p, settle_ms=0)
-            assert p.locator(".st-key-race_max_new input[type='range']").input_value() == str(LIVE_TOKENS)
-            assert p.locator(".st-key-race_end button").is_disabled(), f"session {i}: lanes before the run"
-
-        start = time.monotonic()
-        print(f"{SESSIONS} sessions set up: {start - phase:.1f} s")
-        _each(pages, lambda p: click(p.locator(".st-key-race_run button")))  # all at once
-        for i, (p, lang) in enumerate(sessions):
-            # Done when the run's closing rerun has enabled the replay controls and the app is idle.
-            # An error (exception box or st.error) ends the wait too, and fails with its text.
-            p.wait_for_function("""() => { const b = document.querySelector('.st-key-race_end button');
-                return (b && !b.disabled) || !!document.querySelector(
-                  '[data-testid="stException"], [data-testid="stAlertContentError"]'); }""",
-                                timeout=MODEL_MS, polling=500)
-            wait_idle(p, timeout=MODEL_MS, settle_ms=0)
-            assert_no_exception(p, f"session {i} after its live race")
-            errors = p.locator('[data-testid="stAlertContentError"]')
-            assert not errors.count(), f"session {i}: {errors.first.inner_text()}"
-        elapsed = time.monotonic() - start
-        _each(pages, lambda p: click(p.locator(".st-key-race_end button")))
-        for i, (p, lang) in enumerate(sessions):
-            p.get_by_text(STRINGS[lang]["race_summary_h"], exact=True).wait_for(timeout=RERUN_MS)
-            wait_idle(p, settle_ms=0)
-            assert_no_exception(p, f"session {i} after jump to end")
-            texts = lane_texts(p, lang)
-            for lane in EXACT_LANES:
-                assert texts.get(lane) == expected[lang], (
-                    f"session {i} ({lang}) {lane}: {texts.get(lane)!r} != {expected[lang]!r}")
-            assert texts.get("nar"), f"session {i}: empty NAR lane"
-        print(f"{SESSIONS} live races ({LIVE_TOKENS} tokens, 4 lanes each) done in {elapsed:.1f} s")
-        scroll_to(pages[0].locator('[data-testid="stColumn"] h4'), 110)
-        screenshot(pages[0], "race-live")
-    finally:
-        for c in contexts:
-            c.close()
+    _concurrent_races(browser, server, ["en"], expected, "batched")  # the warm-up race
+    batched = _concurrent_races(browser, server, langs, expected, "batched")
+    locked = _concurrent_races(browser, server, langs, expected, "lock")
+    report = {"sessions": SESSIONS, "new_tokens": LIVE_TOKENS, "lanes": len(LANES), "threads": THREADS,
+              "last_done_s": {"batched": round(batched, 2), "lock": round(locked, 2)},
+              "lock_over_batched": round(locked / batched, 3)}
+    (ROOT / "test-output" / "browser-concurrency.json").write_text(json.dumps(report, indent=1))
+    print(f"the last of {SESSIONS} sessions finished {locked / batched:.2f}x sooner batched ({batched:.1f} s) "
+          f"than under the lock ({locked:.1f} s)")
