@@ -83,7 +83,7 @@ def test_ragged_rows_match_their_own_forwards(tiny):
 
 # (scheduler, drafter, k): n-gram drafts all-or-nothing runs, sim accepts 70 % of its drafts at random.
 CASES = [("fixed", "ngram", 1), ("fixed", "ngram", 8), ("fixed", "sim", 4), ("hardware", "ngram", 8), ("confidence", "sim", 4),
-         ("hardware", "early-exit", 4)]
+         ("hardware", "early-exit", 4), ("budget", "ngram", 8)]
 PROMPTS = random_prompts(7, seed=4)
 LIMITS = [MAX_NEW - 3 * (i % 3) for i in range(len(PROMPTS))]  # requests leave at different steps
 
@@ -312,6 +312,39 @@ def test_lookahead_argmax_biases_sampling():
 def test_the_hardware_scheduler_keeps_sampling_lossless(costs):
     counts = joint_counts(hardware_length, costs)
     assert not sampling.chi2_rejects(counts, JOINT, 6000)
+
+
+def test_the_budget_scheduler_keeps_sampling_lossless():
+    """Variant (b): each trial's budget comes from the trial before (an independent earlier step), so
+    it varies (1 or 2 drafts under STEP_COSTS) but never with the current draft: lossless. The same
+    allocation with the budget taken from the current step's own look-ahead optimum is biased."""
+    from specdec_core.serving.schedulers import allocate
+
+    budget = make_scheduler("budget")
+    budgets: set[int] = set()
+
+    def deployed(candidate: Candidate, costs: CostTable) -> int:
+        if budget.per_request is not None:
+            budgets.add(round(budget.per_request))
+        return budget.verify_lengths([candidate], costs, 0.0)[0]
+
+    assert not sampling.chi2_rejects(joint_counts(deployed, STEP_COSTS), JOINT, 6000)
+    assert budgets == {1, 2}
+
+    def from_this_step(candidate: Candidate, costs: CostTable) -> int:
+        return allocate([prefix_survival(candidate.draft, candidate.limit)], lookahead_argmax(candidate, costs))[0]
+
+    assert sampling.chi2_rejects(joint_counts(from_this_step, LOOKAHEAD_COSTS), JOINT, 6000)
+
+
+def test_allocate_gives_prefixes_to_the_surest_drafts():
+    from specdec_core.serving.schedulers import allocate
+
+    survival = [[0.9, 0.9, 0.5], [0.95, 0.2], [0.8, 0.8, 0.8]]
+    assert allocate(survival, 0) == [0, 0, 0]
+    assert allocate(survival, 3) == [2, 1, 0]  # 0.95, then the tied 0.9s (earlier position first)
+    assert allocate(survival, 6) == [2, 1, 3]
+    assert allocate(survival, 99) == [3, 2, 3]
 
 
 def test_the_drafting_case_really_varies_its_length():

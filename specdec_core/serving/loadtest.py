@@ -50,7 +50,8 @@ from .costs import CostTable, measure_cost_table
 from .engine import Request, ServingEngine
 from .schedulers import Candidate, make_scheduler
 
-SCHEMES = ("ar", "spec-fixed", "spec-confidence", "spec-hardware")
+SCHEMES = ("ar", "spec-fixed", "spec-confidence", "spec-hardware")  # the default run
+EXTRA_SCHEMES = ("spec-budget",)  # on request: the deployed variant (b) of the hardware scheduler
 WORKLOAD_CATEGORIES = ("chat", "qa", "copy")
 PROMPTS_FILE = Path(__file__).resolve().parent.parent / "prompts" / "suite.jsonl"
 
@@ -69,9 +70,9 @@ class LoadConfig:
     force_ar: bool = False  # the rollback switch: every scheme decodes plain AR
 
     def validate(self) -> None:
-        unknown = [s for s in self.schemes if s not in SCHEMES and not s.startswith("mtp")]
+        unknown = [s for s in self.schemes if s not in SCHEMES + EXTRA_SCHEMES and s != "mtp1"]
         if unknown:
-            raise SpecDecError(f"unknown scheme {unknown[0]!r}: choose from {', '.join(SCHEMES)}")
+            raise SpecDecError(f"unknown scheme {unknown[0]!r}: choose from {', '.join(SCHEMES + EXTRA_SCHEMES + ('mtp1',))}")
         if not self.concurrency or min(self.concurrency) < 1 or max(self.concurrency) > 256:
             raise SpecDecError("concurrency levels must be between 1 and 256")
         if self.arrival_rate is not None and not self.arrival_rate > 0:

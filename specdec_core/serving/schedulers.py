@@ -12,6 +12,9 @@ verifying L of them. The schedulers:
   forward's cost. At low load a token row is nearly free (the weights are read anyway) and long drafts
   pay; at saturation every row costs its own compute and only near-certain drafts pay, down to none
   at all: plain one-token steps.
+- `budget`: the production paper's deployed variant. The step's total of verified drafts is fixed
+  before the step's drafts are seen, from the previous step (what `hardware` chose there, per request),
+  and handed to the drafts with the highest S_i now.
 
 Losslessness. Whether draft i is verified must not depend on draft i itself (nor on anything drawn
 after it): with sampling, verifying x_i only for some values of x_i changes the distribution of the
@@ -20,7 +23,10 @@ contract) make S_i depend on x_{<i} only, and `hardware` grows the verified pref
 time, always taking the best next draft and stopping at the first that does not improve the
 objective (the production paper's Algorithm 1). The decision on x_i then uses S_1 .. S_i only. Choosing
 the length by a look-ahead argmax over all lengths would use S_{i+1}, which depends on x_i, and is
-biased: `tests/test_serving.py` shows it on a small synthetic case.
+biased: `tests/test_serving.py` shows it on a small synthetic case. `budget` keeps the rule too: its
+budget comes from earlier steps, and whether S_i makes the top of the ranking depends on the values
+ranked above it, which never include S_{i+1} (never larger, and later positions lose ties). Its budget
+taken from the current step's own look-ahead optimum would be biased again (tested).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from ..drafters import Draft
 from ..errors import SpecDecError
 from .costs import CostTable
 
-SCHEDULERS = ("fixed", "confidence", "hardware")
+SCHEDULERS = ("fixed", "confidence", "hardware", "budget")
 
 
 @dataclass
@@ -111,6 +117,35 @@ class HardwareScheduler(Scheduler):
         return lengths
 
 
+def allocate(survival: list[list[float]], budget: int) -> list[int]:
+    """Give `budget` verified drafts to the prefixes with the highest S (ties: the earlier position
+    first, so every request gets a prefix of its drafts)."""
+    ranked = sorted((-s, i, r) for r, row in enumerate(survival) for i, s in enumerate(row))[:max(0, budget)]
+    lengths = [0] * len(survival)
+    for _, _, r in ranked:
+        lengths[r] += 1
+    return lengths
+
+
+class BudgetScheduler(Scheduler):
+    """Variant (b): a budget fixed from the previous step, allocated by the current confidences."""
+
+    name = "budget"
+
+    def __init__(self) -> None:
+        self.per_request: float | None = None  # verified drafts per request that `hardware` chose last step
+
+    def verify_lengths(self, candidates: list[Candidate], costs: CostTable | None, draft_s: float) -> list[int]:
+        planned = HardwareScheduler().verify_lengths(candidates, costs, draft_s)
+        if self.per_request is None:  # nothing earlier to fix a budget from: this step is rule (a) itself
+            lengths = planned
+        else:
+            survival = [prefix_survival(c.draft, c.limit) for c in candidates]
+            lengths = allocate(survival, round(self.per_request * len(candidates)))
+        self.per_request = sum(planned) / len(candidates)  # the next step's budget, from this step
+        return lengths
+
+
 def make_scheduler(name: str, threshold: float = 0.5) -> Scheduler:
     if name == "fixed":
         return FixedScheduler()
@@ -118,4 +153,6 @@ def make_scheduler(name: str, threshold: float = 0.5) -> Scheduler:
         return ConfidenceScheduler(threshold)
     if name == "hardware":
         return HardwareScheduler()
+    if name == "budget":
+        return BudgetScheduler()
     raise SpecDecError(f"unknown scheduler {name!r}: choose one of {', '.join(SCHEDULERS)}")
