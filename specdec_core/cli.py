@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--concurrency", type=_csv(int), default=None,
                     help="closed-loop levels (requests in flight), default 1,2,4,8,16,32 (with --replay: the recorded ones)")
     lt.add_argument("--schemes", type=_csv(str), default=["ar", "spec-fixed", "spec-confidence", "spec-hardware"],
-                    help="comma list of ar, spec-fixed, spec-confidence, spec-hardware, mtp1")
+                    help="comma list of ar, spec-fixed, spec-confidence, spec-hardware, spec-budget, mtp1")
     lt.add_argument("--drafter", default="ngram", help="the spec schemes' drafter (default ngram)")
     lt.add_argument("--k", type=int, default=8, help="the most drafts a request verifies per step (default 8)")
     lt.add_argument("--threshold", type=float, default=0.5, help="spec-confidence: verify while prefix survival >= this")
@@ -115,6 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--device", default="auto")
     lt.add_argument("--dtype", default="auto")
     lt.add_argument("--out", type=Path, required=True)
+
+    md = sub.add_parser("make-data", help="self-distillation data: the target's answers to the training prompts, with hidden states")
+    md.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default) or tiny")
+    md.add_argument("--prompts", type=int, default=2048, help="the first N training prompts (default 2048)")
+    md.add_argument("--max-new-tokens", type=int, default=128)
+    md.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
+    md.add_argument("--seed", type=int, default=0)
+    md.add_argument("--heldout", type=float, default=0.05, help="share of prompts held out (by a hash of the text)")
+    md.add_argument("--shard-size", type=int, default=128, help="sequences per shard (default 128)")
+    md.add_argument("--out", type=Path, help="the run folder (default: SPECDEC_CACHE/training-data/MODEL/RUN-KEY)")
+    md.add_argument("--resume", action="store_true", help="keep the verified shards of --out, generate the others")
+    md.add_argument("--device", default="auto")
+    md.add_argument("--dtype", default="auto")
 
     sub.add_parser("prepare", help="convert the model once into the local cache")
     return parser
@@ -187,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "load-test":
             from .serving.cli import run_load_test_command
             run_load_test_command(args)
+        elif args.command == "make-data":
+            from .training.cli import run_make_data_command
+            run_make_data_command(args)
         elif args.command == "prepare":
             cmd_prepare(args)
     except SpecDecError as err:
