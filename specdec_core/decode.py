@@ -155,9 +155,12 @@ def _top(probs: torch.Tensor, piecer: Piecer, n: int = TOP_N) -> list[Token]:
 def prefill(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper, piecer: Piecer) -> StepEvent:
     """Read the whole prompt in one forward and choose the first new token."""
     seconds: list[float] = []
+    hidden_layers = state.drafter.hidden_layers if state.drafter else ()
     with timed(target.lm.device, seconds):
-        logits = target.forward(state.cache, state.prompt_ids, last_only=True).logits
-        token, prob = first_token(state, config, logits)
+        out = target.forward(state.cache, state.prompt_ids, hidden_layers=hidden_layers, last_only=True)
+        token, prob = first_token(state, config, out.logits)
+    if hidden_layers:  # outside the timing: the prefill event times the target's forward
+        state.drafter.prefill(out.hidden)
     emit(state, [token], stopper)
     return prefill_event(config, piecer, state.prompt_ids, token, prob, seconds[0])
 

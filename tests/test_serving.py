@@ -105,6 +105,49 @@ def test_batched_greedy_equals_ar_tiny(tiny, references, scheduler, drafter, k):
     assert any(max(s.lengths) > 0 for s in engine.steps), "nothing was ever verified: the test would be vacuous"
 
 
+class FeatureRecorder(sd.drafters.NgramDrafter):
+    """An n-gram drafter that asks for hidden states, as heads and EAGLE will, and records what it gets."""
+
+    hidden_layers = (1, 2)
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        super().reset(prompt_ids)
+        self.prefilled: list[dict] = []
+        self.observed: list[dict] = []
+
+    def prefill(self, hidden: dict) -> None:
+        self.prefilled.append(hidden)
+
+    def observe(self, accepted, emitted, hidden, verified=None) -> None:
+        super().observe(accepted, emitted, hidden, verified)
+        self.observed.append(hidden)
+
+
+def test_prefill_hands_the_prompt_features_to_the_drafter(tiny, monkeypatch):
+    """Drafters get the prompt's hidden states from the prefill forward itself (no extra target forward),
+    in the one-request loop and in the serving engine alike, then every verify forward's."""
+    prompt = PROMPTS[0]
+    expected = Target(tiny).forward(Target(tiny).new_cache(), prompt, hidden_layers=(1, 2)).hidden
+    config = sd.GenerationConfig(mode="spec", drafter="ngram-fixed", k=4, max_new_tokens=12)
+    drafters = []
+
+    def recorder(*_args) -> FeatureRecorder:
+        drafters.append(FeatureRecorder(verify_ratios=None))
+        return drafters[-1]
+
+    monkeypatch.setattr(sd.decode, "make_drafter", recorder)
+    result = sd.generate(tiny, prompt, config)
+    requests, _ = serve(tiny, [prompt], [config], make_drafter=recorder)
+    assert requests[0].output_ids == result.token_ids
+    for drafter in drafters:
+        assert len(drafter.prefilled) == 1 and set(drafter.prefilled[0]) == {1, 2}
+        for layer in (1, 2):
+            assert torch.equal(drafter.prefilled[0][layer], expected[layer])  # (prompt length, H), bit for bit
+        assert drafter.observed and all(set(h) == {1, 2} for h in drafter.observed)
+    # The same loops with a drafter that asks for nothing request nothing.
+    assert sd.drafters.NgramDrafter.hidden_layers == ()
+
+
 def test_model_drafters_propose_in_one_batched_forward(tiny):
     """early-exit's propose_batch drafts what its one-request propose drafts (tiny's peaked logits keep
     argmax stable across the batched kernels), with one forward per drafted position for all requests."""

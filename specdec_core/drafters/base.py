@@ -37,6 +37,10 @@ class Drafter(ABC):
     def reset(self, prompt_ids: list[int]) -> None:
         """Start a new request."""
 
+    def prefill(self, hidden: dict[int, torch.Tensor]) -> None:
+        """Told once, after the prompt's forward: the requested hidden states of every prompt position
+        (layer -> (prompt length, H)), from that same forward. Feature-level drafters start from them."""
+
     @abstractmethod
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         """Propose up to k tokens that continue `context` (prompt + output so far)."""

@@ -173,12 +173,16 @@ class ServingEngine:
         slot = len(self.active)
         self.active.append(request)
         start = self.clock()
+        hidden_layers = drafter.hidden_layers if drafter else ()
         with torch.inference_mode():
-            logits = batch_forward(self.lm.model, self.cache, slot, [request.prompt_ids], last_only=True)[0][0]  # (1, V)
-        token, prob = first_token(request.state, config, logits)
-        emit(request.state, [token], request.stopper)
+            logits, hidden = batch_forward(self.lm.model, self.cache, slot, [request.prompt_ids], hidden_layers,
+                                           last_only=True)  # (1, V); {layer: (prompt length, H)}
+        token, prob = first_token(request.state, config, logits[0])
         synchronize(self.lm.device)
         now = self.clock()
+        if hidden_layers:  # after the timing, as in decode.prefill: the prefill event times the target
+            drafter.prefill(hidden[0])
+        emit(request.state, [token], request.stopper)
         request.deliveries.append((now, 1))
         if request.events is not None:
             request.events.append(prefill_event(config, self.piecer, request.prompt_ids, token, prob, now - start))
