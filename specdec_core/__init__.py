@@ -1,8 +1,9 @@
 """specdec_core: a real, exact, observable speculative-decoding engine.
 
 Layout: models (load target), target (forward/rollback), sampling (p = target, q = draft),
-drafters/ (one file each), decode (the decode loops), serving/ (many requests per forward: batched
-decoding, schedulers, load tests), trace (plain-data steps), metrics, theory, costmodel, experiments
+drafters/ (one file each; trained weights in weights/), decode (the decode loops), serving/ (many
+requests per forward: batched decoding, schedulers, load tests), training/ (data, training and
+offline evaluation of drafters), trace (plain-data steps), metrics, theory, costmodel, experiments
 (the registry the quiz and notebooks share), bench, report, cli.
 
 Names are imported lazily (PEP 562): `from specdec_core.trace import Trace` or `sd.theory` must not
@@ -21,7 +22,7 @@ _NAMES = {
     "StepEvent": "trace", "Token": "trace", "Trace": "trace",
 }
 _MODULES = ("bench", "cli", "costmodel", "decode", "drafters", "errors", "experiments", "metrics", "models", "quiz",
-            "report", "sampling", "serving", "target", "theory", "trace")
+            "report", "sampling", "serving", "target", "theory", "trace", "training")
 
 __all__ = sorted([*_NAMES, *_MODULES])
 

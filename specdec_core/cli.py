@@ -33,7 +33,7 @@ def _csv(kind):
 def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """Options shared by generate and bench (bench accepts comma lists for --k and --temperature)."""
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default) or tiny")
-    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram (cost-aware), ngram-fixed, sim or early-exit")
+    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram (cost-aware), ngram-fixed, sim, early-exit, or the trained heads or eagle")
     p.add_argument("--k", type=_csv(int) if sweep else int, default=[4] if sweep else 4,
                    help="max drafted tokens per step, 1..16" + (" (comma list to sweep)" if sweep else ""))
     p.add_argument("--dynamic-k", type=float, default=None, metavar="T",
@@ -129,6 +129,36 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--device", default="auto")
     md.add_argument("--dtype", default="auto")
 
+    td = sub.add_parser("train-draft", help="train a drafter on a make-data run (checkpoints, --resume)")
+    td.add_argument("--kind", required=True, choices=("heads", "eagle"))
+    td.add_argument("--model", default="smollm2-135m")
+    td.add_argument("--data", type=Path, help="the data run folder (default: the newest complete one in the cache)")
+    td.add_argument("--smoke", action="store_true", help="a few steps on tiny, end to end (data made if missing)")
+    td.add_argument("--steps", type=int, help="optimizer steps (default 1200; 6 with --smoke)")
+    td.add_argument("--batch-size", type=int, default=8, help="sequences per step (default 8)")
+    td.add_argument("--lr", type=float, default=1e-3)
+    td.add_argument("--warmup", type=int, default=50)
+    td.add_argument("--depth", type=int, default=4, help="heads: number of heads; eagle: unrolled training-time-test steps")
+    td.add_argument("--intermediate", type=int, default=0, help="eagle: MLP width (default: the target's)")
+    td.add_argument("--vocab", type=int, default=0, help="reduced vocabulary size N (default: measured)")
+    td.add_argument("--seed", type=int, default=0)
+    td.add_argument("--checkpoint-every", type=int, default=100)
+    td.add_argument("--stop-after", type=int, help="stop this sitting after N steps (checkpointed; continue with --resume)")
+    td.add_argument("--resume", action="store_true", help="continue the run with these settings from its checkpoint")
+    td.add_argument("--out", type=Path, help="the run folder (default: SPECDEC_CACHE/training-runs/MODEL/KIND-HASH)")
+    td.add_argument("--device", default="auto")
+
+    ed = sub.add_parser("eval-draft", help="offline per-position acceptance of a trained drafter on held-out data")
+    ed.add_argument("--kind", required=True, choices=("heads", "eagle"))
+    ed.add_argument("--model", default="smollm2-135m")
+    ed.add_argument("--data", type=Path, help="the data run folder (default: the newest complete one in the cache)")
+    ed.add_argument("--weights", type=Path, help="a weights folder other than the shipped one (holding MODEL/KIND.safetensors)")
+    ed.add_argument("--smoke", action="store_true", help="evaluate on the smoke data run (tiny)")
+    ed.add_argument("--k", type=int, default=8, help="draft positions to evaluate (default 8)")
+    ed.add_argument("--limit", type=int, help="at most N held-out sequences")
+    ed.add_argument("--json", action="store_true")
+    ed.add_argument("--device", default="auto")
+
     sub.add_parser("prepare", help="convert the model once into the local cache")
     return parser
 
@@ -203,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "make-data":
             from .training.cli import run_make_data_command
             run_make_data_command(args)
+        elif args.command == "train-draft":
+            from .training.cli import run_train_draft_command
+            run_train_draft_command(args)
+        elif args.command == "eval-draft":
+            from .training.cli import run_eval_draft_command
+            run_eval_draft_command(args)
         elif args.command == "prepare":
             cmd_prepare(args)
     except SpecDecError as err:

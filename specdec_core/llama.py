@@ -34,6 +34,15 @@ def check_supported(model: torch.nn.Module) -> None:
                            f"not {type(model).__name__} (rope {rope!r}, activation {config.hidden_act!r})")
 
 
+def depth_layer(numerator: int, denominator: int, num_layers: int) -> int:
+    """The layer at a fraction of the depth, numbered as `decoder` numbers hidden states, rounded half
+    up: 1 is the final normed state (num_layers); any other fraction stays inside 1 .. num_layers-1
+    (never the embeddings, never the final state), so a 2-layer model still has the layer asked for."""
+    if numerator == denominator:
+        return num_layers
+    return min(max((2 * numerator * num_layers + denominator) // (2 * denominator), 1), num_layers - 1)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / rms(x) * weight, computed in float32 (as Llama was trained) and cast back."""
     dtype = x.dtype

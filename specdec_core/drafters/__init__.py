@@ -4,11 +4,16 @@ from __future__ import annotations
 from ..errors import SpecDecError
 from ..models import LoadedModel
 from .base import Draft, Drafter
+from .eagle import EagleDrafter, EagleNet
+from .heads import HeadsDrafter, MedusaHeads
 from .ngram import NgramDrafter
 from .sim import SimulatedDrafter
 from .small_model import DraftModelDrafter, early_exit_model
+from .vocab import ReducedVocab
+from .weights import drafter_module
 
-DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit")
+DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "heads", "eagle")
+TRAINED = ("heads", "eagle")  # drafters with trained weights (`train-draft --kind`)
 
 
 def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
@@ -26,8 +31,15 @@ def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
     if name == "early-exit":
         model = early_exit_model(lm, config.early_exit_layers)
         return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k, shared_params=True)
+    if name == "heads":
+        heads = drafter_module(lm, "heads", MedusaHeads)
+        vocab = ReducedVocab(heads.vocab_ids, lm.model.lm_head.weight)
+        return HeadsDrafter(heads, vocab, lm.model.config.num_hidden_layers, config.dynamic_k)
+    if name == "eagle":
+        net = drafter_module(lm, "eagle", EagleNet)
+        return EagleDrafter(net, ReducedVocab(net.vocab_ids, lm.model.lm_head.weight), lm.model, config.dynamic_k)
     raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
 
 
-__all__ = ["DRAFTERS", "Draft", "Drafter", "DraftModelDrafter", "NgramDrafter", "SimulatedDrafter",
-           "early_exit_model", "make_drafter"]
+__all__ = ["DRAFTERS", "TRAINED", "Draft", "Drafter", "DraftModelDrafter", "EagleDrafter", "EagleNet", "HeadsDrafter",
+           "MedusaHeads", "NgramDrafter", "ReducedVocab", "SimulatedDrafter", "early_exit_model", "make_drafter"]

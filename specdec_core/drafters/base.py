@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, logits_to_probs, penalise_repeats, sample
 
 
 @dataclass
@@ -62,3 +62,19 @@ class Drafter(ABC):
     def memory_bytes(self) -> int:
         """Bytes this drafter holds beyond the target (its own weights and caches)."""
         return 0
+
+
+def choose_draft(logits: torch.Tensor, history: list[int], params: SamplingParams, generator: torch.Generator,
+                 dynamic_k: float | None = None) -> tuple[int, torch.Tensor] | None:
+    """A model drafter's next token and its q from its logits (V,), or None where dynamic k stops drafting
+    (q's top probability below the threshold). q goes through exactly the processing p will get
+    (repetition penalty on the same history, temperature, top-k, top-p)."""
+    q = logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
+    if dynamic_k is not None and float(q.max()) < dynamic_k:
+        return None
+    return (int(torch.argmax(q)) if params.greedy else sample(q, generator)), q
+
+
+def model_draft(tokens: list[int], qs: list[torch.Tensor]) -> Draft:
+    """A model drafter's Draft. Confidence: q's top probability, known before the token is drawn."""
+    return Draft(tokens, torch.stack(qs) if qs else None, confidence=[float(q.max()) for q in qs])

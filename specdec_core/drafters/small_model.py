@@ -10,8 +10,8 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 from .. import llama
 from ..models import LoadedModel
-from ..sampling import SamplingParams, logits_to_probs, penalise_repeats, sample
-from .base import Draft, Drafter
+from ..sampling import SamplingParams
+from .base import Draft, Drafter, choose_draft, model_draft
 
 
 class DraftModelDrafter(Drafter):
@@ -49,28 +49,19 @@ class DraftModelDrafter(Drafter):
             del self.cached_ids[common:]
         return self._feed(context[common:])
 
-    def _choose(self, logits: torch.Tensor, history: list[int], params: SamplingParams,
-                generator: torch.Generator) -> tuple[int, torch.Tensor] | None:
-        """The next draft token and its q, or None where dynamic k stops drafting."""
-        # q goes through exactly the processing p will get (temperature, top-k, top-p, penalty).
-        q = logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
-        if self.dynamic_k is not None and float(q.max()) < self.dynamic_k:
-            return None
-        return (int(torch.argmax(q)) if params.greedy else sample(q, generator)), q
-
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         logits = self._sync_cache(context)
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         for i in range(k):
-            chosen = self._choose(logits, context + tokens, params, generator)
+            chosen = choose_draft(logits, context + tokens, params, generator, self.dynamic_k)
             if chosen is None:
                 break
             tokens.append(chosen[0])
             qs.append(chosen[1])
             if i < k - 1:
                 logits = self._feed([chosen[0]])
-        return _draft(tokens, qs)
+        return model_draft(tokens, qs)
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], contexts: list[list[int]], ks: list[int],
@@ -101,7 +92,7 @@ class DraftModelDrafter(Drafter):
         for i in range(max(ks)):
             for r, d in enumerate(drafters):
                 if drafting[r]:
-                    chosen = d._choose(logits[r], contexts[r] + tokens[r], params[r], generators[r])
+                    chosen = choose_draft(logits[r], contexts[r] + tokens[r], params[r], generators[r], d.dynamic_k)
                     if chosen is None:
                         drafting[r] = False
                         continue
@@ -115,18 +106,13 @@ class DraftModelDrafter(Drafter):
             with torch.inference_mode():
                 out, _ = batch_forward(model, ragged, 0, rows)
             logits = [o[-1] for o in out]
-        return [_draft(t, q) for t, q in zip(tokens, qs)]
+        return [model_draft(t, q) for t, q in zip(tokens, qs)]
 
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for layer in self.cache.layers
                     for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
         weights = 0 if self.shared_params else sum(p.numel() * p.element_size() for p in self.model.parameters())
         return cache + weights
-
-
-def _draft(tokens: list[int], qs: list[torch.Tensor]) -> Draft:
-    # Confidence: q's top probability, known before the token is drawn (greedy: q of the drafted token).
-    return Draft(tokens, torch.stack(qs) if qs else None, confidence=[float(q.max()) for q in qs])
 
 
 def early_exit_model(lm: LoadedModel, layers: int) -> LlamaForCausalLM:

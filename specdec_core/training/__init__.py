@@ -1,5 +1,9 @@
-"""Training drafters offline: the self-distillation data (`make-data`) first.
+"""Training drafters offline, in the order a run goes:
 
 `prompts.py` (the training prompts and their contamination check against the eval prompts) →
-`data.py` (the target's own answers with its hidden states, in safetensors shards) → `cli.py`.
+`data.py` (`make-data`: the target's own answers with its hidden states, in safetensors shards) →
+`vocab.py` (the reduced output vocabulary, chosen by measurement) → `batches.py` (sequences as padded
+batches, aligned by anchor) → `objectives.py` (what each drafter kind computes, the distillation loss,
+offline acceptance) → `train.py` (`train-draft` with checkpoints and resume, `eval-draft`, export of
+weights and model card) → `cli.py`.
 """

@@ -22,3 +22,91 @@ def run_make_data_command(args) -> None:
           f"{len(manifest['shards'])} shards, layers {manifest['capture_layers']}")
     print(f"contamination check: {report['training_prompts']} prompts x {report['eval_turns']} eval turns, "
           f"max 3-gram overlap {report['max_overlap']:.0%} (limit {report['threshold']:.0%})")
+
+
+def smoke_data(lm) -> "Path":
+    """A tiny data run for `--smoke` (made once, then reused from the cache): 16 prompts, 16 tokens."""
+    config = DataConfig(model="tiny", prompts=16, max_new_tokens=16, concurrency=4, heldout=0.25, shard_size=8)
+    run = open_run(lm, config, resume=True)
+    if not run.manifest.get("complete"):
+        fill_run(lm, run)
+    return run.folder
+
+
+def data_folder(args, lm, kind: str) -> "Path":
+    """--data, or the smoke run, or the newest complete data run of the model under SPECDEC_CACHE."""
+    import json
+
+    from ..errors import SpecDecError
+    from ..models import cache_dir
+
+    if args.data:
+        return args.data
+    if getattr(args, "smoke", False):
+        return smoke_data(lm)
+    root = cache_dir() / "training-data" / lm.name
+    runs = [p for p in sorted(root.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime)
+            if json.loads(p.read_text()).get("complete")]
+    if not runs:
+        raise SpecDecError(f"no complete data run under {root}: run python -m specdec_core make-data first (or pass --data)")
+    return runs[-1].parent
+
+
+def run_train_draft_command(args) -> None:
+    from tqdm import tqdm
+
+    from ..models import load_model
+    from .train import TrainConfig, evaluate, export, load_data, open_training, train_steps, weights_root
+
+    model = "tiny" if args.smoke else args.model
+    steps = args.steps if args.steps is not None else (6 if args.smoke else 1200)
+    config = TrainConfig(kind=args.kind, model=model, steps=steps, batch_size=args.batch_size, lr=args.lr,
+                         warmup=min(args.warmup, steps), depth=args.depth, intermediate=args.intermediate,
+                         vocab=args.vocab or (512 if args.smoke else 0), seed=args.seed,
+                         checkpoint_every=3 if args.smoke else args.checkpoint_every)
+    config.validate()
+    lm = load_model(model, args.device, "float32")
+    folder = data_folder(args, lm, args.kind)
+    config = TrainConfig(**{**config.__dict__, "data": str(folder)})
+    train, heldout, manifest = load_data(lm, folder, args.kind)
+    run = open_training(lm, config, train, heldout, args.resume, args.out)
+    print(f"{config.kind}: {len(train)} training sequences from {folder.name}, reduced vocabulary N = {len(run.vocab)}; "
+          f"run folder {run.folder}")
+    with tqdm(total=config.steps, initial=run.step, desc=f"train-draft {config.kind}", unit="step") as bar:
+        train_steps(lm, run, train, args.stop_after, bar)
+    if run.step < config.steps:
+        print(f"stopped at step {run.step} of {config.steps} (checkpointed): continue with --resume")
+        return
+    offline = evaluate(lm, config.kind, run.module, run.vocab, heldout)
+    path = export(lm, run, manifest, offline, weights_root(lm, run))
+    g = offline["greedy"]
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); held-out greedy survival "
+          + " ".join(f"{s:.2f}" for s in g["survival"]) + "; tau(k): " + " ".join(f"{t:.2f}" for t in g["tau"].values()))
+
+
+def run_eval_draft_command(args) -> None:
+    import json
+
+    from ..drafters import EagleNet, MedusaHeads, ReducedVocab
+    from ..drafters.weights import drafter_module, load_module
+    from ..models import load_model
+    from .train import evaluate, load_data
+
+    lm = load_model(args.model, args.device, "float32")
+    cls = MedusaHeads if args.kind == "heads" else EagleNet
+    module = load_module(lm.name, args.kind, cls, args.weights) if args.weights else drafter_module(lm, args.kind, cls)
+    folder = data_folder(args, lm, args.kind)
+    _, heldout, _ = load_data(lm, folder, args.kind)
+    if args.limit:
+        heldout = heldout[:args.limit]
+    result = evaluate(lm, args.kind, module, ReducedVocab(module.vocab_ids, lm.model.lm_head.weight), heldout, args.k)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    for split in ("greedy", "all"):
+        s = result[split]
+        print(f"{args.kind} on {result['sequences']} held-out sequences ({split}: {s['anchors']} anchors)")
+        print("  i   survival  conditional")
+        for i, (surv, cond) in enumerate(zip(s["survival"], s["conditional"]), 1):
+            print(f"  {i:<3} {surv:8.3f}  {cond:11.3f}")
+        print("  tau(k): " + "  ".join(f"k={k} {t:.2f}" for k, t in s["tau"].items()))

@@ -43,6 +43,7 @@ from safetensors.torch import load_file, save_file
 
 from ..decode import GenerationConfig
 from ..errors import SpecDecError
+from ..llama import depth_layer
 from ..models import LoadedModel, cache_dir
 from ..serving import ServingEngine, make_scheduler
 from ..serving.engine import Request
@@ -68,12 +69,9 @@ CAPTURE_FRACTIONS = (
 
 
 def capture_layers(num_layers: int) -> tuple[int, ...]:
-    """The CAPTURE_FRACTIONS of a model of `num_layers` layers, rounded half up: 2, 5, 10, 15, 20, 25,
-    27, 30 for SmolLM2's 30. Interior fractions stay in 1 .. L-1 (never the embeddings, which any
-    drafter can look up, nor the final state); only Fraction(1) is L."""
-    def layer(f: Fraction) -> int:
-        return num_layers if f == 1 else min(max(int(f * num_layers + Fraction(1, 2)), 1), num_layers - 1)
-    return tuple(sorted({layer(f) for f in CAPTURE_FRACTIONS}))
+    """The CAPTURE_FRACTIONS of a model of `num_layers` layers (`llama.depth_layer`): 2, 5, 10, 15, 20,
+    25, 27, 30 for SmolLM2's 30."""
+    return tuple(sorted({depth_layer(f.numerator, f.denominator, num_layers) for f in CAPTURE_FRACTIONS}))
 
 
 @dataclass(frozen=True)

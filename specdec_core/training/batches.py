@@ -1,0 +1,97 @@
+"""The data run's sequences as padded training batches, in an order fixed by (seed, epoch).
+
+Everything is aligned by *anchor*: row m of a sequence is the target's state at position
+prompt_len - 1 + m; the context then ends with the token at position +1 (what the target's own head
+predicted from row m), and draft i guesses the token at position +1+i, whose target distribution is
+the output head on row m+i. Every drafter kind produces logits indexed the same way (K, B, n, N), so
+one loss and one offline evaluation serve them all.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import SpecDecError
+from .data import read_shard
+
+
+@dataclass
+class Sequence:
+    next_tokens: torch.Tensor  # (rows,) int64: the token after each row's position (the last one: 0, none)
+    position: int  # the absolute position of row 0 (prompt_len - 1)
+    hidden: dict[int, torch.Tensor]  # layer -> (rows, H) float16
+    greedy: bool  # generated greedily (even prompt index) or sampled
+
+    @property
+    def rows(self) -> int:
+        return len(self.next_tokens)
+
+
+@dataclass
+class Batch:
+    next_tokens: torch.Tensor  # (B, n)
+    positions: torch.Tensor  # (B, n) absolute rotary positions
+    rows: torch.Tensor  # (B,) valid rows per sequence (the rest is padding)
+    hidden: dict[int, torch.Tensor]  # layer -> (B, n, H) float32
+
+    def valid(self, ahead: int) -> torch.Tensor:
+        """(B, n) bool: anchors m whose row m + ahead exists."""
+        n = self.next_tokens.shape[1]
+        return torch.arange(n)[None, :] + ahead < self.rows[:, None]
+
+
+def load_split(folder: Path, split: str, layers: tuple[int, ...], limit: int | None = None) -> list[Sequence]:
+    """The sequences of a data run's split ("train" or "heldout"), keeping only `layers`."""
+    manifest_path = folder / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as err:
+        raise SpecDecError(f"no data run at {folder} ({err}); make one with: python -m specdec_core make-data")
+    missing = [layer for layer in layers if layer not in manifest["capture_layers"]]
+    if missing:
+        raise SpecDecError(f"{folder} lacks hidden layers {missing} (it has {manifest['capture_layers']})")
+    files = sorted(name for name, meta in manifest["shards"].items() if meta["split"] == split)
+    if not files:
+        raise SpecDecError(f"{folder} has no {split} shards yet: finish it with make-data --resume")
+    sequences = []
+    for name in files:
+        shard = read_shard(folder / manifest["shards"][name]["file"])
+        for i in range(len(shard)):
+            ids, prompt_len, hidden = shard.sequence(i)
+            response = torch.tensor(ids[prompt_len:], dtype=torch.long)
+            sequences.append(Sequence(torch.cat((response, torch.zeros(1, dtype=torch.long))), prompt_len - 1,
+                                      {layer: hidden[layer] for layer in layers}, int(shard.prompt_index[i]) % 2 == 0))
+            if limit is not None and len(sequences) >= limit:
+                return sequences
+    return sequences
+
+
+def make_batch(sequences: list[Sequence]) -> Batch:
+    n = max(s.rows for s in sequences)
+    b = len(sequences)
+    next_tokens = torch.zeros(b, n, dtype=torch.long)
+    positions = torch.zeros(b, n, dtype=torch.long)
+    hidden = {layer: torch.zeros(b, n, h.shape[1]) for layer, h in sequences[0].hidden.items()}
+    for i, s in enumerate(sequences):
+        next_tokens[i, :s.rows] = s.next_tokens
+        positions[i] = torch.arange(s.position, s.position + n)
+        for layer, h in s.hidden.items():
+            hidden[layer][i, :s.rows] = h.float()
+    return Batch(next_tokens, positions, torch.tensor([s.rows for s in sequences]), hidden)
+
+
+def epoch_order(count: int, seed: int, epoch: int) -> list[int]:
+    """The sequence order of one epoch: a function of (seed, epoch) only, so a resumed run sees the
+    same batches as an uninterrupted one."""
+    return torch.randperm(count, generator=torch.Generator().manual_seed(seed * 1000 + epoch)).tolist()
+
+
+def batch_at(sequences: list[Sequence], step: int, batch_size: int, seed: int) -> Batch:
+    """Training step `step`'s batch (epochs of whole batches; the remainder of an epoch is dropped)."""
+    per_epoch = max(len(sequences) // batch_size, 1)
+    epoch, index = divmod(step, per_epoch)
+    order = epoch_order(len(sequences), seed, epoch)
+    return make_batch([sequences[i] for i in order[index * batch_size:(index + 1) * batch_size]])

@@ -1,0 +1,107 @@
+"""What each drafter kind computes on a batch, the one distillation loss, and offline acceptance.
+
+`draft_logits` returns (K, B, n, N): [i-1, b, m] are the logits of draft i at anchor m (batches.py),
+so the loss and `acceptance` below never ask which kind produced them.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import llama
+from ..drafters import EagleNet, MedusaHeads, ReducedVocab
+from .batches import Batch
+
+
+def heads_logits(heads: MedusaHeads, vocab: ReducedVocab, batch: Batch, final_layer: int, k: int) -> torch.Tensor:
+    """Head i reads row m itself: every head's guess at every anchor in one pass."""
+    return vocab.logits(heads(batch.hidden[final_layer])[:k])
+
+
+def ttt_mask(n: int, step: int) -> torch.Tensor:
+    """(n, (step+1) n) bool: what unroll step `step`'s query at row i may see. Its anchor is m = i - step:
+    the true-feature keys of rows <= m (step 0's), and from each later step r <= step the one key it
+    wrote on that same draft path, at row m + r. At inference these are exactly the drafter's cache
+    (verified positions) and its own earlier drafts of the current step."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return torch.cat([j <= i - step] + [j == i - step + r for r in range(1, step + 1)], dim=1)
+
+
+def eagle_logits(net: EagleNet, vocab: ReducedVocab, target: torch.nn.Module, batch: Batch, k: int) -> torch.Tensor:
+    """Training-time test: unroll k drafting steps on the drafter's own output features.
+
+    Step 0 is the ordinary causal pass on the target's true features. Step s feeds, at row i, step
+    s-1's output at row i-1 (the drafter's guess of the feature there) with the true next token
+    (where the drafted token differs the chain is rejected anyway, so this changes no acceptance),
+    attending as `ttt_mask` says. Step s at row i is draft s+1 of anchor i - s: shifted back to anchors.
+    """
+    b, n = batch.next_tokens.shape
+    embeds = F.embedding(batch.next_tokens, target.model.embed_tokens.weight).float()  # (B, n, H)
+    cos, sin = llama.rotary_tables(target, batch.positions, torch.float32)  # (B, 1, n, hd)
+    feature = net.fused(batch.hidden)  # (B, n, H)
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    out_logits = []
+    for step in range(k):
+        q, key, value = net.qkv(feature, embeds, cos, sin)
+        keys.append(key)
+        values.append(value)
+        out = net.finish(feature, net.attend(q, torch.cat(keys, 2), torch.cat(values, 2), ttt_mask(n, step)))
+        logits = vocab.logits(net.head_state(out))  # (B, n, N): row i = draft step+1 of anchor i-step
+        out_logits.append(F.pad(logits[:, step:], (0, 0, 0, step)))  # (B, n, N) by anchor; tail rows unused
+        feature = F.pad(out[:, :-1], (0, 0, 1, 0))  # row i <- out row i-1
+    return torch.stack(out_logits)
+
+
+def draft_logits(kind: str, module: torch.nn.Module, vocab: ReducedVocab, target: torch.nn.Module, batch: Batch,
+                 k: int) -> torch.Tensor:
+    if kind == "heads":
+        return heads_logits(module, vocab, batch, target.config.num_hidden_layers, k)
+    return eagle_logits(module, vocab, target, batch, k)
+
+
+def distillation_loss(logits: torch.Tensor, vocab: ReducedVocab, batch: Batch, final_layer: int
+                      ) -> tuple[torch.Tensor, list[float]]:
+    """Cross-entropy of draft i at anchor m against the target's distribution on row m+i (its output head
+    over the subset, renormalised: the target's own text *and* its uncertainty), averaged over drafts;
+    and each draft position's top-1 agreement with the target's subset argmax (a quick health signal)."""
+    with torch.no_grad():
+        teacher = torch.softmax(vocab.logits(batch.hidden[final_layer]), dim=-1)  # (B, n, N)
+    losses, agreement = [], []
+    for i, row_logits in enumerate(logits, start=1):
+        valid = batch.valid(i)  # (B, n)
+        target_p = F.pad(teacher[:, i:], (0, 0, 0, i))[valid]  # (M, N): row m+i for anchor m
+        student = row_logits[valid]
+        losses.append(F.cross_entropy(student, target_p))
+        agreement.append(float((student.argmax(-1) == target_p.argmax(-1)).float().mean()))
+    return torch.stack(losses).mean(), agreement
+
+
+@torch.no_grad()
+def acceptance(logits: torch.Tensor, vocab: ReducedVocab, lm_head: torch.nn.Module, batch: Batch, final_layer: int,
+               greedy_only: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """Greedy acceptance, teacher-forced: the accepted length at every anchor with all K positions ahead.
+
+    Draft i at anchor m is accepted when it and every draft before it equal the target's argmax over
+    the *full* vocabulary on row m+i (what greedy verification compares with). Returns the accepted
+    lengths (M,) in 0..K and the anchor count M."""
+    k = logits.shape[0]
+    valid = batch.valid(k)
+    if greedy_only is not None:
+        valid &= greedy_only[:, None]
+    choice = torch.argmax(lm_head(batch.hidden[final_layer]), dim=-1)  # (B, n) the target's greedy tokens
+    drafted = vocab.ids[logits.argmax(-1)]  # (K, B, n) full-vocabulary ids
+    matches = torch.stack([drafted[i - 1] == F.pad(choice[:, i:], (0, i)) for i in range(1, k + 1)])  # (K, B, n)
+    accepted = torch.cumprod(matches.long(), dim=0).sum(0)  # (B, n)
+    return accepted[valid], int(valid.sum())
+
+
+def survival_summary(accepted: torch.Tensor, k: int) -> dict:
+    """Per-position survival s_i = P(accepted >= i), conditional a_i = s_i / s_(i-1), and the tokens per
+    verify step each k implies, tau(k) = 1 + s_1 + ... + s_k (a greedy step emits the accepted drafts
+    plus the target's own token)."""
+    survival = [float((accepted >= i).float().mean()) for i in range(1, k + 1)]
+    conditional = [s / prev if prev > 0 else 0.0 for s, prev in zip(survival, [1.0] + survival[:-1])]
+    tau = {kk: 1 + sum(survival[:kk]) for kk in range(1, k + 1)}
+    return {"anchors": int(len(accepted)), "survival": survival, "conditional": conditional, "tau": tau}

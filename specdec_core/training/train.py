@@ -1,0 +1,254 @@
+"""Training a drafter (`train-draft`) and evaluating it offline (`eval-draft`).
+
+A run lives in its own folder under SPECDEC_CACHE (training-runs/<model>/<kind>-<settings hash>):
+`checkpoint.pt` holds the module, the optimizer, the step and the loss log, written every
+`checkpoint_every` steps and at the end. Batches are a function of (seed, step) alone
+(`batches.batch_at`) and the learning rate of the step alone, so a run stopped anywhere and resumed
+ends with the same weights as one that never stopped. The finished module is exported in fp16 with
+its manifest entry and model card (`drafters/weights.py`): into the repository for the real model,
+into the run folder for `tiny`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from ..drafters import EagleNet, MedusaHeads, ReducedVocab
+from ..drafters.weights import WEIGHTS_DIR, save_state, seeded_vocab
+from ..errors import SpecDecError
+from ..models import LoadedModel, cache_dir
+from .batches import Sequence, batch_at, load_split, make_batch
+from .objectives import acceptance, distillation_loss, draft_logits, survival_summary
+from .vocab import choose_vocab
+
+KINDS = ("heads", "eagle")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    kind: str
+    model: str = "smollm2-135m"
+    data: str = ""  # the data run folder
+    steps: int = 1200
+    batch_size: int = 8  # sequences (each up to 129 rows)
+    lr: float = 1e-3
+    warmup: int = 50
+    depth: int = 4  # heads: how many heads; eagle: training-time-test unroll steps
+    intermediate: int = 0  # eagle's MLP width (0: the target's)
+    vocab: int = 0  # reduced vocabulary size N (0: measured, training/vocab.py)
+    seed: int = 0
+    checkpoint_every: int = 100
+
+    def validate(self) -> None:
+        if self.kind not in KINDS:
+            raise SpecDecError(f"unknown drafter kind {self.kind!r}: choose one of {', '.join(KINDS)}")
+        for name in ("steps", "batch_size", "depth", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise SpecDecError(f"{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if not 0 < self.lr < 1:
+            raise SpecDecError(f"lr must be in (0, 1) (got {self.lr})")
+        if self.depth > 16:
+            raise SpecDecError(f"depth must be <= 16 (got {self.depth})")
+
+    def run_key(self) -> str:
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        return f"{self.kind}-{digest}"
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to a tenth."""
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(config.steps - config.warmup, 1)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def layers_needed(kind: str, lm: LoadedModel) -> tuple[int, ...]:
+    final = lm.model.config.num_hidden_layers
+    if kind == "heads":
+        return (final,)
+    return tuple(sorted({final, *EagleNet.target_config(lm, 1)["layers"]}))
+
+
+def build_module(config: TrainConfig, lm: LoadedModel, vocab_ids: torch.Tensor) -> torch.nn.Module:
+    """A fresh module from the seed (heads start at zero, as Medusa's do)."""
+    torch.manual_seed(config.seed)
+    if config.kind == "heads":
+        module = MedusaHeads({"hidden": lm.model.config.hidden_size, "heads": config.depth, "vocab": len(vocab_ids)})
+    else:
+        module = EagleNet(EagleNet.target_config(lm, len(vocab_ids), config.intermediate or None))
+    module.vocab_ids.copy_(vocab_ids)
+    return module
+
+
+def measure_vocab(config: TrainConfig, lm: LoadedModel, train: list[Sequence], heldout: list[Sequence]
+                  ) -> tuple[torch.Tensor, dict]:
+    vocab_size = lm.model.config.vocab_size
+    responses = lambda seqs: [s.next_tokens[:-1] for s in seqs]  # noqa: E731
+    if config.vocab:
+        if lm.name == "tiny":  # the tiny target's text is random: a seeded subset, as its drafters use
+            return seeded_vocab(vocab_size, config.vocab, config.seed), {"rule": "seeded random (tiny)", "N": config.vocab}
+        ids, report = choose_vocab(responses(train), responses(heldout), vocab_size, candidates=(config.vocab,))
+        return ids, {**report, "rule": f"fixed N = {config.vocab} (most frequent on train)"}
+    return choose_vocab(responses(train), responses(heldout), vocab_size)
+
+
+@dataclass
+class TrainRun:
+    config: TrainConfig
+    folder: Path
+    module: torch.nn.Module
+    vocab: ReducedVocab
+    optimizer: torch.optim.Optimizer
+    step: int
+    log: list[dict]
+    vocab_report: dict
+    wall_s: float
+
+
+def open_training(lm: LoadedModel, config: TrainConfig, train: list[Sequence], heldout: list[Sequence],
+                  resume: bool, out: Path | None = None) -> TrainRun:
+    folder = out or cache_dir() / "training-runs" / lm.name / config.run_key()
+    checkpoint = folder / "checkpoint.pt"
+    if checkpoint.exists() and not resume:
+        raise SpecDecError(f"{folder} already holds this run: pass --resume to continue it, or remove it")
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        if state["config"] != asdict(config):
+            raise SpecDecError(f"{checkpoint} was written with other settings: resume it with its own")
+        vocab_ids, report = state["vocab_ids"], state["vocab_report"]
+    else:
+        vocab_ids, report = measure_vocab(config, lm, train, heldout)
+        state = None
+    module = build_module(config, lm, vocab_ids)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=0.0)
+    run = TrainRun(config, folder, module, ReducedVocab(vocab_ids, lm.model.lm_head.weight), optimizer, 0, [], report, 0.0)
+    if state is not None:
+        module.load_state_dict(state["module"])
+        optimizer.load_state_dict(state["optimizer"])
+        run.step, run.log, run.wall_s = state["step"], state["log"], state["wall_s"]
+    return run
+
+
+def save_checkpoint(run: TrainRun) -> None:
+    run.folder.mkdir(parents=True, exist_ok=True)
+    partial = run.folder / "checkpoint.pt.partial"
+    torch.save({"config": asdict(run.config), "module": run.module.state_dict(), "optimizer": run.optimizer.state_dict(),
+                "step": run.step, "log": run.log, "wall_s": run.wall_s, "vocab_ids": run.module.vocab_ids.clone(),
+                "vocab_report": run.vocab_report}, partial)
+    os.replace(partial, run.folder / "checkpoint.pt")
+
+
+def train_steps(lm: LoadedModel, run: TrainRun, train: list[Sequence], stop_after: int | None = None, bar=None) -> None:
+    """Train from run.step to config.steps (or `stop_after` steps of this sitting), checkpointing."""
+    config = run.config
+    final = lm.model.config.num_hidden_layers
+    run.module.train()
+    end = config.steps if stop_after is None else min(config.steps, run.step + stop_after)
+    while run.step < end:
+        start = time.perf_counter()
+        batch = batch_at(train, run.step, config.batch_size, config.seed)
+        for group in run.optimizer.param_groups:
+            group["lr"] = learning_rate(config, run.step)
+        logits = draft_logits(config.kind, run.module, run.vocab, lm.model, batch, config.depth)
+        loss, agreement = distillation_loss(logits, run.vocab, batch, final)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(run.module.parameters(), 1.0)
+        run.optimizer.step()
+        run.step += 1
+        loss = float(loss.detach())
+        run.wall_s += time.perf_counter() - start
+        run.log.append({"step": run.step, "loss": round(loss, 5), "top1": [round(a, 4) for a in agreement]})
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", top1="/".join(f"{a:.2f}" for a in agreement[:4]), refresh=False)
+        if run.step % config.checkpoint_every == 0 or run.step == end:
+            save_checkpoint(run)
+    run.module.eval()
+
+
+@torch.no_grad()
+def evaluate(lm: LoadedModel, kind: str, module: torch.nn.Module, vocab: ReducedVocab, sequences: list[Sequence],
+             k: int = 8, batch_size: int = 8) -> dict:
+    """Offline greedy acceptance on held-out sequences (teacher-forced, no timing): per-position
+    survival and the tau each k implies, over all anchors and over the greedy sequences alone."""
+    final = lm.model.config.num_hidden_layers
+    lengths, greedy_lengths = [], []
+    for start in range(0, len(sequences), batch_size):
+        chunk = sequences[start:start + batch_size]
+        batch = make_batch(chunk)
+        logits = draft_logits(kind, module, vocab, lm.model, batch, k)
+        accepted, _ = acceptance(logits, vocab, lm.model.lm_head, batch, final)
+        lengths.append(accepted)
+        greedy, _ = acceptance(logits, vocab, lm.model.lm_head, batch, final, torch.tensor([s.greedy for s in chunk]))
+        greedy_lengths.append(greedy)
+    return {"k": k, "sequences": len(sequences), "all": survival_summary(torch.cat(lengths), k),
+            "greedy": survival_summary(torch.cat(greedy_lengths), k)}
+
+
+def export(lm: LoadedModel, run: TrainRun, data_manifest: dict, offline: dict, root: Path | None = None) -> Path:
+    """Write the fp16 weights, their manifest entry and the model card (markdown beside the weights)."""
+    tensors = {name: (t.half() if t.is_floating_point() else t) for name, t in run.module.state_dict().items()}
+    totals = data_manifest.get("totals", {})
+    card = {
+        "kind": run.config.kind, "target": lm.name, "train_config": asdict(run.config),
+        "data": {"folder": Path(run.config.data).name, "sequences": totals.get("sequences"),
+                 "response_tokens": totals.get("response_tokens"),
+                 "sources": "the target's own answers (self-distillation) to the lab's template prompts "
+                            "(specdec_core/training/prompts.py, written for this project, same licence as the repo); "
+                            "no external dataset",
+                 "contamination": data_manifest.get("contamination", {})},
+        "vocab": run.vocab_report, "steps": run.step, "wall_s": round(run.wall_s, 1),
+        "hardware": f"{platform.machine()} {os.cpu_count()} CPU threads, torch {torch.__version__}, "
+                    f"{torch.get_num_threads()} torch threads",
+        "final_loss": run.log[-1]["loss"] if run.log else None, "offline_heldout": offline,
+    }
+    config = dict(run.module.config)
+    path = save_state(lm.name, run.config.kind, tensors, config, card, root)
+    (path.parent / f"{run.config.kind}.md").write_text(model_card(card), encoding="utf-8")
+    return path
+
+
+def model_card(card: dict) -> str:
+    off = card["offline_heldout"]
+    lines = [f"# `{card['kind']}` drafter for {card['target']}", "",
+             f"- Data: {card['data']['sequences']} sequences, {card['data']['response_tokens']} response tokens "
+             f"({card['data']['folder']}); {card['data']['sources']}.",
+             f"- Contamination check: max 3-gram overlap with any eval prompt "
+             f"{card['data']['contamination'].get('max_overlap', float('nan')):.0%} "
+             f"(limit {card['data']['contamination'].get('threshold', float('nan')):.0%}).",
+             f"- Reduced vocabulary: N = {card['vocab']['N']} ({card['vocab']['rule']}).",
+             f"- Training: {card['steps']} steps, {card['wall_s'] / 60:.1f} min on {card['hardware']}; "
+             f"settings {json.dumps(card['train_config'])}.",
+             "", "Offline, held-out, greedy sequences (teacher-forced):", "",
+             "| i | survival s_i | conditional a_i |", "|---|---|---|"]
+    g = off["greedy"]
+    lines += [f"| {i} | {s:.3f} | {a:.3f} |" for i, (s, a) in enumerate(zip(g["survival"], g["conditional"]), 1)]
+    lines += ["", "tau(k) = 1 + s_1 + ... + s_k: " + ", ".join(f"k={k}: {t:.2f}" for k, t in g["tau"].items()), ""]
+    return "\n".join(lines)
+
+
+def weights_root(lm: LoadedModel, run: TrainRun) -> Path | None:
+    """Where a finished run exports: the repository's weights for the real model, the run folder for tiny."""
+    return None if lm.name != "tiny" else run.folder / "weights"
+
+
+def load_data(lm: LoadedModel, folder: Path, kind: str, limit: int | None = None) -> tuple[list[Sequence], list[Sequence], dict]:
+    layers = layers_needed(kind, lm)
+    manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").exists() else {}
+    if manifest and manifest.get("model", {}).get("name") != lm.name:
+        raise SpecDecError(f"{folder} holds data of {manifest['model']['name']}, not {lm.name}")
+    return load_split(folder, "train", layers, limit), load_split(folder, "heldout", layers, limit), manifest
+
+
+__all__ = ["KINDS", "TrainConfig", "TrainRun", "WEIGHTS_DIR", "evaluate", "export", "load_data", "open_training",
+           "train_steps", "weights_root"]

@@ -1,0 +1,224 @@
+"""Trained drafters (issue 12): the reduced vocabulary keeps sampling lossless, every model drafter is
+exact under greedy decoding (one-request loop and serving engine), shipped weights are checked at
+load, and the training pipeline runs, resumes to the same weights, and evaluates offline."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import specdec_core as sd
+import specdec_core.sampling as sampling
+from specdec_core.cli import main
+from specdec_core.drafters import TRAINED, Draft, Drafter, EagleNet, MedusaHeads, ReducedVocab
+from specdec_core.drafters import weights as weights_module
+from specdec_core.errors import SpecDecError
+from test_sampling import first_spec_tokens, output_distribution
+from test_serving import IDLE, SATURATED, serve
+
+PROMPTS = ["Tell me a short story about a fox.", "What is the capital of France?", "List three colours."]
+
+
+# --- the reduced vocabulary: q is zero outside the subset, and sampling stays lossless -------------
+
+
+def reduced_q(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    vocab = ReducedVocab(torch.tensor(ids), torch.eye(len(logits)))  # identity head: rows = one-hot
+    return sampling.logits_to_probs(vocab.expand(logits[ids]), sd.SamplingParams(temperature=1.0))
+
+
+def test_reduced_vocab_q_is_a_full_distribution_with_zeros_outside():
+    q = reduced_q(torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0, 0.0]), [0, 2, 4])
+    assert q.shape == (6,) and abs(float(q.sum()) - 1) < 1e-6
+    assert (q[[1, 3, 5]] == 0).all() and (q[[0, 2, 4]] > 0).all()
+
+
+P_MASS_OUTSIDE = torch.tensor([0.30, 0.25, 0.05, 0.20, 0.10, 0.10], dtype=torch.float64)  # 0.55 outside {0, 2, 4}
+
+
+def test_reduced_vocab_q_reproduces_p_exactly():
+    q = reduced_q(torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0, 0.0]), [0, 2, 4]).double()
+    assert torch.allclose(output_distribution(P_MASS_OUTSIDE, q), P_MASS_OUTSIDE, atol=1e-12)
+
+
+def test_exact_check_fails_when_verification_is_restricted_to_the_subset(monkeypatch):
+    """The tempting bug: verify over the drafter's subset only (p renormalised there). Tokens outside
+    lose their mass, and the exact check catches it."""
+    q = reduced_q(torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0, 0.0]), [0, 2, 4]).double()
+    right = sampling.residual_distribution
+
+    def subset_residual(p, q, x):
+        r = right(p, q, x) * (q > 0)
+        return r / r.sum() if r.sum() > 0 else q
+    monkeypatch.setattr(sampling, "residual_distribution", subset_residual)
+    assert not torch.allclose(output_distribution(P_MASS_OUTSIDE, q), P_MASS_OUTSIDE, atol=1e-3)
+
+
+class SubsetDrafter(Drafter):
+    """q = the target's own sampling distribution squeezed onto a reduced vocabulary that leaves out
+    some of p's likely tokens (set per test): the reduced-vocabulary case at its most demanding."""
+
+    def __init__(self, q: torch.Tensor) -> None:
+        self.q = q
+
+    def propose(self, context, k, params, generator) -> Draft:
+        return Draft([sampling.sample(self.q, generator) for _ in range(k)], self.q.expand(k, -1))
+
+
+def subset_q(exact: torch.Tensor) -> torch.Tensor:
+    top = torch.topk(exact, 8).indices
+    ids = torch.cat((top[1::2], torch.tensor([0, 1, 2])))  # every other likely token, plus unlikely ones
+    vocab = ReducedVocab(ids, torch.eye(len(exact)))
+    return sampling.logits_to_probs(vocab.expand(torch.log(exact[ids] + 1e-9)), sd.SamplingParams(temperature=1.0))
+
+
+STAT_TRIALS = 300  # the broken rule moves half of p's top mass: far more than 400 trials can miss
+
+
+def test_reduced_vocab_sampling_matches_ar_statistically(tiny, monkeypatch):
+    counts, exact = first_spec_tokens(tiny, STAT_TRIALS, drafter_from_exact=lambda e: SubsetDrafter(subset_q(e)))
+    assert not sampling.chi2_rejects(counts, exact, STAT_TRIALS)
+
+
+def test_statistical_check_catches_subset_restricted_verification(tiny, monkeypatch):
+    right = sampling.residual_distribution
+
+    def subset_residual(p, q, x):
+        r = right(p, q, x) * (q > 0)
+        return r / r.sum() if r.sum() > 0 else q
+    monkeypatch.setattr(sampling, "residual_distribution", subset_residual)
+    counts, exact = first_spec_tokens(tiny, STAT_TRIALS, drafter_from_exact=lambda e: SubsetDrafter(subset_q(e)))
+    assert sampling.chi2_rejects(counts, exact, STAT_TRIALS)
+
+
+# --- greedy exactness: every trained drafter, every k ---------------------------------------------
+
+
+@pytest.mark.parametrize("drafter", TRAINED)
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_trained_drafters_are_exact_on_tiny(tiny, drafter, k):
+    for prompt in PROMPTS:
+        ar = sd.generate(tiny, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=24))
+        spec = sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", drafter=drafter, k=k, max_new_tokens=24))
+        assert spec.token_ids == ar.token_ids
+
+
+@pytest.mark.parametrize("drafter", TRAINED)
+def test_trained_drafters_are_exact_with_dynamic_k_and_in_the_serving_engine(tiny, drafter):
+    ar = [sd.generate(tiny, p, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids for p in PROMPTS]
+    dyn = [sd.generate(tiny, p, sd.GenerationConfig(mode="spec", drafter=drafter, k=4, dynamic_k=0.5,
+                                                    max_new_tokens=20)).token_ids for p in PROMPTS]
+    assert dyn == ar
+    configs = [sd.GenerationConfig(mode="spec", drafter=drafter, k=4, max_new_tokens=20) for _ in PROMPTS]
+    for scheduler, costs in (("fixed", IDLE), ("hardware", SATURATED)):  # all drafts verified / fewer than drafted
+        requests, _ = serve(tiny, PROMPTS, configs, scheduler, costs)
+        assert [r.output_ids for r in requests] == ar
+
+
+# --- shipped weights: checked at load ------------------------------------------------------------
+
+
+@pytest.fixture
+def shipped(tmp_path, tiny):
+    """A weights folder holding a small heads file for `tiny`, as `train-draft` exports it."""
+    module = weights_module.seeded_(MedusaHeads(MedusaHeads.tiny_config(tiny)), 1)
+    tensors = {n: t.half() if t.is_floating_point() else t for n, t in module.state_dict().items()}
+    weights_module.save_state("tiny", "heads", tensors, module.config, {"note": "test"}, tmp_path)
+    return tmp_path
+
+
+def test_a_shipped_file_loads_with_its_checked_shapes(shipped):
+    module = weights_module.load_module("tiny", "heads", MedusaHeads, shipped)
+    assert len(module.blocks) == 4 and module.vocab_ids.shape == (4096,)
+
+
+def test_an_altered_file_is_a_one_line_error(shipped):
+    path = shipped / "tiny" / "heads.safetensors"
+    path.write_bytes(path.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(SpecDecError, match="does not match its SHA-256") as err:
+        weights_module.load_module("tiny", "heads", MedusaHeads, shipped)
+    assert "\n" not in str(err.value)
+
+
+def test_a_wrong_shape_or_vocabulary_names_the_tensor_and_the_expected_shape(shipped):
+    manifest = json.loads((shipped / "tiny" / "manifest.json").read_text())
+    manifest["files"]["heads.safetensors"]["config"]["vocab"] = 8192  # the file holds 4096 ids
+    (shipped / "tiny" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecDecError, match=r"'vocab_ids' has shape \(4096,\), expected \(8192,\)"):
+        weights_module.load_module("tiny", "heads", MedusaHeads, shipped)
+    manifest["files"]["heads.safetensors"]["config"].update(vocab=4096, hidden=32)
+    (shipped / "tiny" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecDecError, match=r"blocks.0.weight' has shape \(64, 64\), expected \(32, 32\)"):
+        weights_module.load_module("tiny", "heads", MedusaHeads, shipped)
+
+
+def test_a_missing_file_says_how_to_train_it(tmp_path):
+    with pytest.raises(SpecDecError, match="heads.safetensors is missing .*train-draft --kind heads"):
+        weights_module.load_module("smollm2-135m", "heads", MedusaHeads, tmp_path)
+
+
+# --- the pipeline: smoke training, resume, offline evaluation --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    """`train-draft --smoke` for both kinds (tiny data made once under a private cache)."""
+    cache = tmp_path_factory.mktemp("cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SPECDEC_CACHE", str(cache))
+    out = {}
+    for kind in TRAINED:
+        assert main(["train-draft", "--kind", kind, "--smoke", "--out", str(cache / kind)]) == 0
+        out[kind] = cache / kind
+    yield cache, out
+    patch.undo()
+
+
+@pytest.mark.parametrize("kind", TRAINED)
+def test_smoke_training_exports_loadable_weights(smoke_runs, kind, tiny):
+    _, runs = smoke_runs
+    cls = MedusaHeads if kind == "heads" else EagleNet
+    module = weights_module.load_module("tiny", kind, cls, runs[kind] / "weights")
+    card = json.loads((runs[kind] / "weights" / "tiny" / "manifest.json").read_text())["files"][f"{kind}.safetensors"]["card"]
+    assert card["steps"] == 6 and card["offline_heldout"]["greedy"]["anchors"] > 0
+    assert module.vocab_ids.shape == (512,)
+
+
+@pytest.mark.parametrize("kind", TRAINED)
+def test_an_interrupted_then_resumed_run_ends_with_the_same_weights(smoke_runs, kind, monkeypatch, tmp_path):
+    cache, runs = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    split = tmp_path / "split"
+    assert main(["train-draft", "--kind", kind, "--smoke", "--stop-after", "2", "--out", str(split)]) == 0
+    assert torch.load(split / "checkpoint.pt", weights_only=False)["step"] == 2
+    assert main(["train-draft", "--kind", kind, "--smoke", "--resume", "--out", str(split)]) == 0
+    whole = torch.load(runs[kind] / "checkpoint.pt", weights_only=False)["module"]
+    resumed = torch.load(split / "checkpoint.pt", weights_only=False)["module"]
+    assert max(float((whole[n].float() - resumed[n].float()).abs().max()) for n in whole) <= 1e-6
+    # and the check can fail: a different seed gives other weights
+    assert main(["train-draft", "--kind", kind, "--smoke", "--seed", "1", "--out", str(tmp_path / "other")]) == 0
+    other = torch.load(tmp_path / "other" / "checkpoint.pt", weights_only=False)["module"]
+    assert max(float((whole[n].float() - other[n].float()).abs().max()) for n in whole) > 1e-3
+
+
+def test_eval_draft_reports_per_position_survival(smoke_runs, monkeypatch, capsys):
+    cache, runs = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    capsys.readouterr()
+    assert main(["eval-draft", "--kind", "eagle", "--model", "tiny", "--smoke", "--weights", str(runs["eagle"] / "weights"),
+                 "--k", "4", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    survival = result["greedy"]["survival"]
+    assert len(survival) == 4 and all(a >= b for a, b in zip(survival, survival[1:]))
+    assert result["greedy"]["tau"]["4"] == pytest.approx(1 + sum(survival))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train-draft", "--kind", "heads", "--smoke", "--steps", "0"], "steps must be >= 1"),
+    (["train-draft", "--kind", "eagle", "--smoke", "--lr", "2"], "lr must be in (0, 1)"),
+    (["train-draft", "--kind", "heads", "--data", "/nonexistent/run"], "no data run at /nonexistent/run"),
+])
+def test_bad_training_arguments_exit_2_with_one_line(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
