@@ -28,8 +28,6 @@ LANGS = ("zh", "en")
 DEFAULT_LANG = "zh"
 LANG_NAMES = {"zh": "中文", "en": "English"}
 LANES = ("ar", "nar", "jacobi", "spec")
-DRAFTERS = ("sim", "ngram", "early-exit")
-RACE_DRAFTERS = ("ngram", "early-exit", "sim")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,6 +358,14 @@ def sleep_frame(speed: float) -> None:
     delay = animation_delay() / max(speed, 1e-3)
     if delay > 0:
         time.sleep(delay)
+
+
+def drafter_options(first: str) -> tuple[str, ...]:
+    """Every drafter of the engine's registry (the app keeps no list of its own), `first` first: the
+    page's default. Imported on first use, so pages that never draft do not pay for torch."""
+    from specdec_core.drafters import DRAFTERS
+
+    return (first, *(d for d in DRAFTERS if d != first))
 
 
 def drafter_label(name: str) -> str:

@@ -217,7 +217,7 @@ def cost_model(lm):
             if lm.name not in store:
                 def measure():
                     return sd.costmodel.measure_cost_model(lm, tokens=(1, 2, 3, 4, 5, 6, 8, 12, 17), repeats=3,
-                                                           drafters=("ngram", "early-exit"))
+                                                           drafters=("ngram", "early-exit", *sd.drafters.TRAINED))
                 result = call_model(measure)
                 if result is None:
                     return None

@@ -99,10 +99,17 @@ def measure_draft_step(lm: LoadedModel, drafter_name: str, repeats: int = 5) -> 
     config = GenerationConfig(mode="spec", drafter=drafter_name, k=4, max_new_tokens=8)
     context = lm.encode("Write a short note about the sea and the sky. The sea is blue and the sky is blue.")
     times = []
+    prompt_hidden = None
     for _ in range(repeats + 1):
         drafter = make_drafter(drafter_name, lm, config)
         drafter.reset(context)
-        drafter.propose(context, 1, config.sampling, torch.Generator())  # warm its state (e.g. its KV cache)
+        if drafter.hidden_layers:  # feature drafters start from the prompt's forward, as in decode.prefill
+            if prompt_hidden is None:
+                target = Target(lm)
+                prompt_hidden = target.forward(target.new_cache(), context, drafter.hidden_layers, last_only=True).hidden
+            drafter.prefill(prompt_hidden)
+        else:
+            drafter.propose(context, 1, config.sampling, torch.Generator())  # warm its state (e.g. its KV cache)
         synchronize(lm.device)
         start = time.perf_counter()
         draft = drafter.propose(context + [context[-1]], 4, config.sampling, torch.Generator())
@@ -144,6 +151,21 @@ def verify_ratios(lm: LoadedModel, k_max: int = 16) -> dict[int, float]:
 def measured_verify_ratios(lm: LoadedModel) -> dict[int, float] | None:
     """The ratios this process measured for `lm` (what the cost-aware drafters used), or None."""
     return _VERIFY_RATIOS.get(_ratios_key(lm))
+
+
+_DRAFT_COSTS: dict[tuple, float] = {}
+
+
+def draft_cost(lm: LoadedModel, drafter_name: str) -> float:
+    """c = one draft step of `drafter_name` over one 1-token target forward on this machine, measured
+    once per process, model and drafter (~1 s), for the drafters that weigh proposals against each other."""
+    key = (*_ratios_key(lm), drafter_name)
+    with _VERIFY_RATIOS_LOCK:
+        if key not in _DRAFT_COSTS:
+            one = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
+                            forward_s=measure_forward_times(lm, (1,), repeats=3)).seconds(1)
+            _DRAFT_COSTS[key] = measure_draft_step(lm, drafter_name) / one
+    return _DRAFT_COSTS[key]
 
 
 def _ratios_key(lm: LoadedModel) -> tuple:

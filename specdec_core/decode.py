@@ -236,7 +236,7 @@ def step_event(config: GenerationConfig, piecer: Piecer, index: int, context: li
         q_top=[_top(row, piecer) for row in q] if q is not None else [],
         residual_top=_top(verdict.residual, piecer) if verdict.residual is not None else [],
         draft_s=draft_s, verify_s=verify_s, overhead_s=draft.overhead_s if draft else 0.0,
-        target_forwards=target_forwards,
+        target_forwards=target_forwards, draft_source=draft.source if draft and drafted else None,
     )
 
 

@@ -11,7 +11,8 @@ from typing import Iterator
 
 from .errors import SpecDecError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: StepEvent.draft_source; version-1 traces still load (without it)
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class StepEvent:
     verify_s: float = 0.0
     overhead_s: float = 0.0  # time spent simulating a drafter (sim's oracle): not part of decoding
     target_forwards: int = 0  # cumulative decode forwards of the target (prefill excluded)
+    draft_source: str | None = None  # which drafter proposed this step's drafts (`mix` picks one per step)
     # nar / jacobi
     iteration: int | None = None
     window: list[Token] = field(default_factory=list)
@@ -88,10 +90,10 @@ class Trace:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trace":
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise SpecDecError(f"trace schema version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+        if data.get("schema_version") not in READABLE_VERSIONS:
+            raise SpecDecError(f"trace schema version {data.get('schema_version')!r} is not one of {READABLE_VERSIONS}")
         steps = [_step_from_dict(s) for s in data["steps"]]
-        return cls(**{**data, "steps": steps})
+        return cls(**{**data, "steps": steps, "schema_version": SCHEMA_VERSION})  # upgraded on load
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":

@@ -94,7 +94,10 @@ def test_statistical_check_catches_subset_restricted_verification(tiny, monkeypa
 # --- greedy exactness: every trained drafter, every k ---------------------------------------------
 
 
-@pytest.mark.parametrize("drafter", TRAINED)
+MODEL_DRAFTERS = (*TRAINED, "mix")
+
+
+@pytest.mark.parametrize("drafter", MODEL_DRAFTERS)
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_trained_drafters_are_exact_on_tiny(tiny, drafter, k):
     for prompt in PROMPTS:
@@ -103,7 +106,7 @@ def test_trained_drafters_are_exact_on_tiny(tiny, drafter, k):
         assert spec.token_ids == ar.token_ids
 
 
-@pytest.mark.parametrize("drafter", TRAINED)
+@pytest.mark.parametrize("drafter", MODEL_DRAFTERS)
 def test_trained_drafters_are_exact_with_dynamic_k_and_in_the_serving_engine(tiny, drafter):
     ar = [sd.generate(tiny, p, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids for p in PROMPTS]
     dyn = [sd.generate(tiny, p, sd.GenerationConfig(mode="spec", drafter=drafter, k=4, dynamic_k=0.5,
@@ -201,6 +204,15 @@ def test_an_interrupted_then_resumed_run_ends_with_the_same_weights(smoke_runs, 
     assert max(float((whole[n].float() - other[n].float()).abs().max()) for n in whole) > 1e-3
 
 
+def test_walked_tau_follows_the_loops_anchors():
+    from specdec_core.training.objectives import walked_tau
+
+    # one sequence, 6 anchors: from 0 accept 2 (next anchor 3), accept 1 (next 5), accept 0 (next 6: end)
+    accepted = torch.tensor([[2, 4, 4, 1, 4, 0]])
+    assert walked_tau([(accepted, torch.ones(1, 6, dtype=torch.bool))], 4) == pytest.approx((3 + 2 + 1) / 3)
+    assert walked_tau([(accepted, torch.ones(1, 6, dtype=torch.bool))], 1) == pytest.approx(2.0)  # anchors 0, 2, 4
+
+
 def test_eval_draft_reports_per_position_survival(smoke_runs, monkeypatch, capsys):
     cache, runs = smoke_runs
     monkeypatch.setenv("SPECDEC_CACHE", str(cache))
@@ -211,6 +223,7 @@ def test_eval_draft_reports_per_position_survival(smoke_runs, monkeypatch, capsy
     survival = result["greedy"]["survival"]
     assert len(survival) == 4 and all(a >= b for a, b in zip(survival, survival[1:]))
     assert result["greedy"]["tau"]["4"] == pytest.approx(1 + sum(survival))
+    assert 1 <= result["greedy"]["tau_walked"]["4"] <= 5
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -222,3 +235,93 @@ def test_bad_training_arguments_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+# --- the shipped weights on SmolLM2 ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drafter", MODEL_DRAFTERS)
+def test_shipped_drafters_are_exact_on_smollm2(smol, drafter):
+    prompt = "Explain in two sentences why the sky is blue."
+    ar = sd.generate(smol, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=32)).token_ids
+    for k in (1, 2, 4, 8):
+        spec = sd.generate(smol, prompt, sd.GenerationConfig(mode="spec", drafter=drafter, k=k, max_new_tokens=32))
+        assert spec.token_ids == ar, k
+    assert spec.metrics["num_accepted_tokens"] > 0  # trained: it does get drafts accepted
+
+
+@pytest.mark.parametrize("drafter", TRAINED)
+def test_offline_tau_predicts_the_decode_loops_tau(smol, drafter):
+    """eval-draft's teacher-forced tau(4), walked along the anchors the loop visits, is within 10 % of the
+    tau the decode loop measures on the same held-out prompts (greedy): a larger gap would mean the
+    drafter is wired differently at inference than in training."""
+    from specdec_core.drafters import make_drafter
+    from specdec_core.target import Target
+    from specdec_core.training.batches import Sequence
+    from specdec_core.training.data import capture, is_heldout
+    from specdec_core.training.prompts import training_prompts
+    from specdec_core.training.train import evaluate, layers_needed
+
+    prompts = [p.text for p in training_prompts(0) if is_heldout(p, 0.05)][:4]
+    config = sd.GenerationConfig(mode="spec", drafter=drafter, k=4, max_new_tokens=64)
+    emitted = steps = 0
+    sequences = []
+    for text in prompts:
+        result = sd.generate(smol, text, config)
+        decode_steps = [s for s in result.trace.steps if s.kind == "decode"]
+        emitted += sum(len(s.emitted) for s in decode_steps)
+        steps += len(decode_steps)
+        ids, prompt_len = result.trace.prompt_ids + result.token_ids, len(result.trace.prompt_ids)
+        hidden = capture(Target(smol), ids, prompt_len, layers_needed(drafter, smol))
+        sequences.append(Sequence(torch.tensor(ids[prompt_len:] + [0]), prompt_len - 1, hidden, True))
+    module = make_drafter(drafter, smol, config)
+    net = module.heads if drafter == "heads" else module.net
+    offline = evaluate(smol, drafter, net, module.vocab, sequences, k=4)["all"]["tau_walked"][4]
+    assert abs(offline / (emitted / steps) - 1) <= 0.10, (offline, emitted / steps)
+
+
+def test_mix_records_each_steps_source_and_old_traces_still_load(tiny, tmp_path):
+    prompt = "Repeat exactly: one two three four five six seven eight nine ten. one two three four five six"
+    result = sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", drafter="mix", k=4, max_new_tokens=24))
+    sources = {s.draft_source for s in result.trace.steps if s.drafted}
+    assert sources and sources <= {"ngram", "eagle"}
+    path = tmp_path / "mix.json"
+    result.trace.save(path)
+    assert [s.draft_source for s in sd.Trace.load(path).steps] == [s.draft_source for s in result.trace.steps]
+    old = result.trace.to_dict()
+    old["schema_version"] = 1
+    for step in old["steps"]:
+        del step["draft_source"]
+    assert sd.Trace.from_dict(old).steps[1].draft_source is None  # a version-1 trace (no sources) loads
+
+
+class FixedDrafter(Drafter):
+    name = "fixed"
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def propose(self, context, k, params, generator):
+        return Draft(self.tokens[:k], None, confidence=[0.9] * len(self.tokens[:k]))
+
+
+def test_mix_verifies_the_proposal_with_more_expected_tokens_per_second():
+    """Decided from running survival and measured costs only: copy when the n-gram match has earned
+    its place, the trained drafter when it has, and a plain step when neither pays."""
+    from specdec_core.drafters import MixDrafter, NgramDrafter
+
+    ratios = {d: 1.0 + 0.1 * d for d in range(9)}
+    params, generator = sd.SamplingParams(), torch.Generator()
+    mix = MixDrafter(NgramDrafter(1, 3, ratios), FixedDrafter([7, 8, 9, 10]), c=0.05, verify_ratios=ratios)
+    context = [1, 2, 3, 4, 5, 1, 2, 3]  # "1 2 3" was followed by "4 5": a match to copy
+    assert mix.propose([99, 98], 4, params, generator).source == "fixed"  # no match: the prior says draft
+    mix.observe(0, [11], {}, verified=4)
+    for _ in range(20):  # ... and then its drafts keep failing at the first position
+        mix.survival.update(0, 4, 0)
+    assert mix.propose(context, 4, params, generator).source == "ngram"
+    assert mix.propose([99, 98], 4, params, generator).tokens == []  # no match, the model does not pay: plain step
+    trusted = MixDrafter(NgramDrafter(1, 3, ratios), FixedDrafter([7, 8, 9, 10]), c=0.05, verify_ratios=ratios)
+    for _ in range(20):  # ... and one whose drafts are always accepted beats a fresh n-gram match
+        trusted.propose([99, 98], 4, params, generator)
+        trusted.observe(4, [7, 8, 9, 10, 11], {}, verified=4)
+    assert trusted.propose(context, 4, params, generator).source == "fixed"

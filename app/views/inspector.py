@@ -33,7 +33,7 @@ else:
     ss.setdefault("insp_prompt", t("insp_default_prompt"))
     prompt = st.text_area(t("race_prompt"), key="insp_prompt", height=80)
     c = st.columns(5)
-    drafter = common.selectbox(c[0], t("drafter"), common.DRAFTERS, "insp_drafter", common.drafter_label)
+    drafter = common.selectbox(c[0], t("drafter"), common.drafter_options("sim"), "insp_drafter", common.drafter_label)
     k = c[1].slider("k", 1, 16, 4, key="insp_k", help=t("k_help"))
     temperature = c[2].slider(t("temperature"), 0.0, 1.5, 0.8, 0.05, key="insp_temp", help=t("temperature_help"))
     hit_rate = c[3].slider(t("hit_rate"), 0.0, 1.0, 0.6, 0.05, key="insp_hit", help=t("hit_rate_help"),
@@ -103,6 +103,8 @@ st.markdown(common.token_line(spans), unsafe_allow_html=True)
 if not step.drafted:
     st.info(t("insp_no_draft"))
 else:
+    if step.draft_source and step.draft_source != trace.drafter:  # `mix` chose this step's drafter
+        st.caption(t("insp_draft_source", source=common.drafter_label(step.draft_source)))
     n = len(step.drafted)
     rows = []
     for i in range(n + 1):

@@ -93,7 +93,7 @@ def forward_time_section() -> None:
     st.subheader(t("pays_speedup_h"))
     max_tokens = max(r["tokens"] for r in rows)
     c = st.columns(3)
-    drafter = common.selectbox(c[0], t("drafter"), common.RACE_DRAFTERS, "pays_drafter", common.drafter_label)
+    drafter = common.selectbox(c[0], t("drafter"), common.drafter_options("ngram"), "pays_drafter", common.drafter_label)
     alpha = c[1].slider("α", 0.0, 0.99, 0.7, 0.01, key="pays_alpha", help=t("lab_alpha_help"))
     k = c[2].slider("k", 1, max(1, max_tokens - 1), min(4, max(1, max_tokens - 1)), key="pays_k",
                     help=t("pays_k_help", max=max_tokens - 1), disabled=max_tokens < 2)

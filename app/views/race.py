@@ -54,7 +54,7 @@ else:
     prompt = st.text_area(t("race_prompt"), key="race_prompt", height=90)
     c1, c2, c3, c4 = st.columns(4)
     max_new = c1.slider(t("max_new_tokens"), 8, 128, 64, 8, key="race_max_new")
-    drafter = common.selectbox(c2, t("drafter"), common.RACE_DRAFTERS, "race_drafter", common.drafter_label)
+    drafter = common.selectbox(c2, t("drafter"), common.drafter_options("ngram"), "race_drafter", common.drafter_label)
     k = c3.slider("k", 1, 8, 4, key="race_k", help=t("k_help"))
     window = c4.slider(t("window"), 4, 32, 16, 4, key="race_window", help=t("window_help"))
     empty = common.prompt_hint(prompt)

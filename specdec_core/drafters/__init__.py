@@ -6,14 +6,16 @@ from ..models import LoadedModel
 from .base import Draft, Drafter
 from .eagle import EagleDrafter, EagleNet
 from .heads import HeadsDrafter, MedusaHeads
+from .mix import MixDrafter
 from .ngram import NgramDrafter
 from .sim import SimulatedDrafter
 from .small_model import DraftModelDrafter, early_exit_model
 from .vocab import ReducedVocab
 from .weights import drafter_module
 
-DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "heads", "eagle")
+DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "heads", "eagle", "mix")
 TRAINED = ("heads", "eagle")  # drafters with trained weights (`train-draft --kind`)
+MIX_MODEL = "eagle"  # the trained drafter `mix` weighs against n-gram lookup: the best one measured (BENCHMARKS §7)
 
 
 def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
@@ -38,8 +40,13 @@ def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
     if name == "eagle":
         net = drafter_module(lm, "eagle", EagleNet)
         return EagleDrafter(net, ReducedVocab(net.vocab_ids, lm.model.lm_head.weight), lm.model, config.dynamic_k)
+    if name == "mix":
+        from ..costmodel import draft_cost, verify_ratios  # measured once per process and model
+
+        ngram = NgramDrafter(config.ngram_min, config.ngram_max, verify_ratios(lm, config.k))
+        return MixDrafter(ngram, make_drafter(MIX_MODEL, lm, config), draft_cost(lm, MIX_MODEL), verify_ratios(lm))
     raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
 
 
 __all__ = ["DRAFTERS", "TRAINED", "Draft", "Drafter", "DraftModelDrafter", "EagleDrafter", "EagleNet", "HeadsDrafter",
-           "MedusaHeads", "NgramDrafter", "ReducedVocab", "SimulatedDrafter", "early_exit_model", "make_drafter"]
+           "MIX_MODEL", "MedusaHeads", "MixDrafter", "NgramDrafter", "ReducedVocab", "SimulatedDrafter", "early_exit_model", "make_drafter"]

@@ -24,6 +24,7 @@ class Draft:
     # q[i], never q[i][tokens[i]]): a verify length that depends on the drafted token itself biases
     # sampling (serving/schedulers.py). None: no estimate (schedulers then verify the whole draft).
     confidence: list[float] | None = None
+    source: str | None = None  # the drafter that proposed (None: the request's drafter itself; `mix` sets it)
 
 
 class Drafter(ABC):

@@ -126,9 +126,12 @@ class EagleDrafter(Drafter):
                 verified: int | None = None) -> None:
         # Verify rows 0 .. accepted sat at the context's last token and the accepted drafts: true
         # features whose next tokens are exactly the tokens just emitted.
-        committed = self.keys.shape[2] if self.keys is not None else 0
-        self.pending = self.net.fused({layer: h[:accepted + 1] for layer, h in hidden.items()})
-        self.pending_at = self.start + committed
+        rows = self.net.fused({layer: h[:accepted + 1] for layer, h in hidden.items()})
+        if self.pending is not None:  # a step this drafter did not propose (`mix` verified another's drafts)
+            self.pending = torch.cat((self.pending, rows))
+            return
+        self.pending = rows
+        self.pending_at = self.start + (self.keys.shape[2] if self.keys is not None else 0)
 
     def _step(self, feature: torch.Tensor, tokens: list[int], position: int, cache: tuple | None
               ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:

@@ -40,7 +40,11 @@ class Batch:
     def valid(self, ahead: int) -> torch.Tensor:
         """(B, n) bool: anchors m whose row m + ahead exists."""
         n = self.next_tokens.shape[1]
-        return torch.arange(n)[None, :] + ahead < self.rows[:, None]
+        return torch.arange(n, device=self.rows.device)[None, :] + ahead < self.rows[:, None]
+
+    def to(self, device: torch.device) -> "Batch":
+        return Batch(self.next_tokens.to(device), self.positions.to(device), self.rows.to(device),
+                     {layer: h.to(device) for layer, h in self.hidden.items()})
 
 
 def load_split(folder: Path, split: str, layers: tuple[int, ...], limit: int | None = None) -> list[Sequence]:

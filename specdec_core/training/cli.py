@@ -81,7 +81,7 @@ def run_train_draft_command(args) -> None:
     path = export(lm, run, manifest, offline, weights_root(lm, run))
     g = offline["greedy"]
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); held-out greedy survival "
-          + " ".join(f"{s:.2f}" for s in g["survival"]) + "; tau(k): " + " ".join(f"{t:.2f}" for t in g["tau"].values()))
+          + " ".join(f"{s:.2f}" for s in g["survival"]) + "; tau(k), walked: " + " ".join(f"{t:.2f}" for t in g["tau_walked"].values()))
 
 
 def run_eval_draft_command(args) -> None:
@@ -110,3 +110,4 @@ def run_eval_draft_command(args) -> None:
         for i, (surv, cond) in enumerate(zip(s["survival"], s["conditional"]), 1):
             print(f"  {i:<3} {surv:8.3f}  {cond:11.3f}")
         print("  tau(k): " + "  ".join(f"k={k} {t:.2f}" for k, t in s["tau"].items()))
+        print("  tau(k) along the loop's own anchors: " + "  ".join(f"k={k} {t:.2f}" for k, t in s["tau_walked"].items()))

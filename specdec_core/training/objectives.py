@@ -18,13 +18,13 @@ def heads_logits(heads: MedusaHeads, vocab: ReducedVocab, batch: Batch, final_la
     return vocab.logits(heads(batch.hidden[final_layer])[:k])
 
 
-def ttt_mask(n: int, step: int) -> torch.Tensor:
+def ttt_mask(n: int, step: int, device: torch.device | None = None) -> torch.Tensor:
     """(n, (step+1) n) bool: what unroll step `step`'s query at row i may see. Its anchor is m = i - step:
     the true-feature keys of rows <= m (step 0's), and from each later step r <= step the one key it
     wrote on that same draft path, at row m + r. At inference these are exactly the drafter's cache
     (verified positions) and its own earlier drafts of the current step."""
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
     return torch.cat([j <= i - step] + [j == i - step + r for r in range(1, step + 1)], dim=1)
 
 
@@ -47,7 +47,7 @@ def eagle_logits(net: EagleNet, vocab: ReducedVocab, target: torch.nn.Module, ba
         q, key, value = net.qkv(feature, embeds, cos, sin)
         keys.append(key)
         values.append(value)
-        out = net.finish(feature, net.attend(q, torch.cat(keys, 2), torch.cat(values, 2), ttt_mask(n, step)))
+        out = net.finish(feature, net.attend(q, torch.cat(keys, 2), torch.cat(values, 2), ttt_mask(n, step, feature.device)))
         logits = vocab.logits(net.head_state(out))  # (B, n, N): row i = draft step+1 of anchor i-step
         out_logits.append(F.pad(logits[:, step:], (0, 0, 0, step)))  # (B, n, N) by anchor; tail rows unused
         feature = F.pad(out[:, :-1], (0, 0, 1, 0))  # row i <- out row i-1
@@ -79,22 +79,35 @@ def distillation_loss(logits: torch.Tensor, vocab: ReducedVocab, batch: Batch, f
 
 
 @torch.no_grad()
-def acceptance(logits: torch.Tensor, vocab: ReducedVocab, lm_head: torch.nn.Module, batch: Batch, final_layer: int,
-               greedy_only: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
-    """Greedy acceptance, teacher-forced: the accepted length at every anchor with all K positions ahead.
+def acceptance(logits: torch.Tensor, vocab: ReducedVocab, lm_head: torch.nn.Module, batch: Batch, final_layer: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy acceptance, teacher-forced: the accepted length at every anchor, (B, n) in 0..K, and which
+    anchors count, (B, n) bool: those with all K positions ahead inside the sequence.
 
     Draft i at anchor m is accepted when it and every draft before it equal the target's argmax over
-    the *full* vocabulary on row m+i (what greedy verification compares with). Returns the accepted
-    lengths (M,) in 0..K and the anchor count M."""
+    the *full* vocabulary on row m+i (what greedy verification compares with)."""
     k = logits.shape[0]
-    valid = batch.valid(k)
-    if greedy_only is not None:
-        valid &= greedy_only[:, None]
     choice = torch.argmax(lm_head(batch.hidden[final_layer]), dim=-1)  # (B, n) the target's greedy tokens
     drafted = vocab.ids[logits.argmax(-1)]  # (K, B, n) full-vocabulary ids
     matches = torch.stack([drafted[i - 1] == F.pad(choice[:, i:], (0, i)) for i in range(1, k + 1)])  # (K, B, n)
-    accepted = torch.cumprod(matches.long(), dim=0).sum(0)  # (B, n)
-    return accepted[valid], int(valid.sum())
+    return torch.cumprod(matches.long(), dim=0).sum(0), batch.valid(k)
+
+
+def walked_tau(batches: list[tuple[torch.Tensor, torch.Tensor]], k: int) -> float:
+    """Tokens per verify step along the anchors the greedy decode loop itself visits: from anchor m a
+    step emits a+1 tokens and the next step starts at m+a+1. Averaging every anchor instead weights
+    easy stretches the loop crosses in one step as often as the hard positions it stops at, so it
+    overstates the loop's tau; this walk is what the loop measures (up to the end of each sequence).
+    `batches`: (accepted, valid) pairs as `acceptance` returns them."""
+    tokens = steps = 0
+    rows = [(row, ok) for accepted, valid in batches for row, ok in zip(accepted.clamp(max=k).tolist(), valid.tolist())]
+    for row, ok in rows:
+        m = 0
+        while m < len(row) and ok[m]:
+            tokens += row[m] + 1
+            steps += 1
+            m += row[m] + 1
+    return tokens / steps if steps else 0.0
 
 
 def survival_summary(accepted: torch.Tensor, k: int) -> dict:
