@@ -3,7 +3,9 @@
 Modes run A B C A B C ... for each prompt, so slow drifts of a noisy machine hit every mode alike;
 speedups are ratios measured in the same run. Peers: `hf:ar` (transformers greedy/sampling
 `generate`), `hf:pld` (its prompt lookup, same k), `hf:assisted` (its assisted generation with our
-early-exit draft as the assistant, same k, constant schedule).
+trained `draft` LM as the assistant, like for like: same k, constant schedule, confidence threshold 0,
+the same module and reduced-vocabulary head wrapped to full-vocabulary logits) and
+`hf:assisted-default` (the same assistant under transformers' default assisted-generation settings).
 """
 from __future__ import annotations
 
@@ -24,12 +26,14 @@ import torch
 from .costmodel import measured_verify_ratios
 from .errors import SpecDecError, ensure_writable
 from .decode import MODES, GenerationConfig, generate
-from .drafters import DRAFTERS, early_exit_model
+from .drafters import DRAFTERS, DraftNet, ReducedVocab
+from .drafters.draft import causal_lm
+from .drafters.weights import drafter_module
 from .metrics import matching_prefix, peak_rss_bytes
 from .models import LoadedModel, load_model
 from .target import Target, synchronize
 
-HF_MODES = ("hf:ar", "hf:pld", "hf:assisted")
+HF_MODES = ("hf:ar", "hf:pld", "hf:assisted", "hf:assisted-default")
 NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is float noise, not a bug
 
 
@@ -82,10 +86,21 @@ def parse_modes(text: str) -> list[str]:
 class HFRunner:
     """transformers' own generate() as a peer baseline, on the same weights and prompts."""
 
-    def __init__(self, lm: LoadedModel, early_exit_layers: int) -> None:
+    def __init__(self, lm: LoadedModel) -> None:
         self.lm = lm
-        self.early_exit_layers = early_exit_layers
         self._assistant = None
+
+    def assistant(self) -> torch.nn.Module:
+        """Our trained `draft` LM as a transformers model with full-vocabulary logits (built once)."""
+        if self._assistant is None:
+            net = drafter_module(self.lm, "draft", DraftNet)
+            self._assistant = causal_lm(net, self.lm.model, ReducedVocab(net.vocab_ids, self.lm.model.lm_head.weight),
+                                        full_vocab=True)
+        return self._assistant
+
+    def assistant_label(self) -> str:
+        c = drafter_module(self.lm, "draft", DraftNet).config
+        return f"draft: {c['layers']}-layer distilled LM, MLP {c['intermediate']}, reduced vocabulary N = {c['vocab']}"
 
     def generate(self, mode: str, prompt_ids: list[int], config: GenerationConfig) -> tuple[list[int], float]:
         kwargs = dict(max_new_tokens=config.max_new_tokens, do_sample=not config.sampling.greedy,
@@ -97,11 +112,11 @@ class HFRunner:
             kwargs["repetition_penalty"] = config.repetition_penalty
         if mode == "hf:pld":
             kwargs["prompt_lookup_num_tokens"] = config.k
-        elif mode == "hf:assisted":
-            if self._assistant is None:
-                self._assistant = early_exit_model(self.lm, self.early_exit_layers)
-            kwargs.update(assistant_model=self._assistant, num_assistant_tokens=config.k,
+        elif mode == "hf:assisted":  # like for like with spec:draft
+            kwargs.update(assistant_model=self.assistant(), num_assistant_tokens=config.k,
                           num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+        elif mode == "hf:assisted-default":  # transformers' own schedule and confidence threshold
+            kwargs.update(assistant_model=self.assistant())
         ids = torch.tensor([prompt_ids], device=self.lm.device)
         synchronize(self.lm.device)
         start = time.perf_counter()
@@ -158,7 +173,8 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             "accepted_length_hist": None if hf_mode else lengths,
             "kv_cache_bytes": None if hf_mode else kv_bytes, "drafter_bytes": None if hf_mode else drafter_bytes,
             "peak_rss_bytes": peak_rss_bytes(),
-            "peak_gpu_bytes": torch.cuda.max_memory_allocated(lm.device) if on_gpu else None}
+            "peak_gpu_bytes": torch.cuda.max_memory_allocated(lm.device) if on_gpu else None,
+            "assistant": hf.assistant_label() if mode.startswith("hf:assisted") else None}
 
 
 def _add(total: list[int], counts: list[int]) -> list[int]:
@@ -222,6 +238,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
             "kv_cache_bytes": max((r["kv_cache_bytes"] for r in ours), default=None),
             "drafter_bytes": max((r["drafter_bytes"] for r in ours), default=None),
             "peak_gpu_bytes": max((r["peak_gpu_bytes"] for r in rows if r.get("peak_gpu_bytes")), default=None),
+            "assistant": rows[0].get("assistant"),
         }
         for category in sorted({c for c, _ in per_prompt.values()}):
             cat_rows = [r for r in rows if r["category"] == category]
@@ -280,7 +297,7 @@ def run_bench(args) -> dict:
     for k, t in sweeps:  # validate every setting before the first long run
         GenerationConfig.from_args(args, "spec", k, t).validate(lm, 1)
     sweep = len(sweeps) > 1
-    hf = HFRunner(lm, args.early_exit_layers)
+    hf = HFRunner(lm)
     # Warm up every mode once (kernels, the assistant model, drafters' cost measurements), so no mode's
     # first measured run pays for it.
     warm = replace(GenerationConfig.from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)

@@ -33,7 +33,7 @@ def _csv(kind):
 def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """Options shared by generate and bench (bench accepts comma lists for --k and --temperature)."""
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default) or tiny")
-    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram (cost-aware), ngram-fixed, sim, early-exit, or the trained heads or eagle")
+    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram (cost-aware), ngram-fixed, sim, early-exit, the trained draft, heads or eagle, or mix")
     p.add_argument("--k", type=_csv(int) if sweep else int, default=[4] if sweep else 4,
                    help="max drafted tokens per step, 1..16" + (" (comma list to sweep)" if sweep else ""))
     p.add_argument("--dynamic-k", type=float, default=None, metavar="T",
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="time modes on a prompt suite, interleaved per prompt")
     b.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts" / "quick.jsonl")
     b.add_argument("--modes", default="ar,spec:ngram,hf:ar,hf:pld",
-                   help="comma list of ar, nar, jacobi, spec:DRAFTER, hf:ar, hf:pld, hf:assisted")
+                   help="comma list of ar, nar, jacobi, spec:DRAFTER, hf:ar, hf:pld, hf:assisted, hf:assisted-default")
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
     b.add_argument("--out", type=Path, required=True)
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--dtype", default="auto")
 
     td = sub.add_parser("train-draft", help="train a drafter on a make-data run (checkpoints, --resume)")
-    td.add_argument("--kind", required=True, choices=("heads", "eagle"))
+    td.add_argument("--kind", required=True, help="the drafter to train: draft, heads or eagle")
     td.add_argument("--model", default="smollm2-135m")
     td.add_argument("--data", type=Path, help="the data run folder (default: the newest complete one in the cache)")
     td.add_argument("--smoke", action="store_true", help="a few steps on tiny, end to end (data made if missing)")
@@ -138,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--batch-size", type=int, default=8, help="sequences per step (default 8)")
     td.add_argument("--lr", type=float, default=1e-3)
     td.add_argument("--warmup", type=int, default=50)
-    td.add_argument("--depth", type=int, default=4, help="heads: number of heads; eagle: unrolled training-time-test steps")
-    td.add_argument("--intermediate", type=int, default=0, help="eagle: MLP width (default: the target's)")
+    td.add_argument("--depth", type=int, default=4, help="heads: number of heads; eagle: unrolled training-time-test steps; draft: unused")
+    td.add_argument("--intermediate", type=int, default=0, help="eagle and draft: MLP width (default: eagle the target's, draft 480)")
     td.add_argument("--vocab", type=int, default=0, help="reduced vocabulary size N (default: measured)")
     td.add_argument("--seed", type=int, default=0)
     td.add_argument("--checkpoint-every", type=int, default=100)
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--device", default="auto")
 
     ed = sub.add_parser("eval-draft", help="offline per-position acceptance of a trained drafter on held-out data")
-    ed.add_argument("--kind", required=True, choices=("heads", "eagle"))
+    ed.add_argument("--kind", required=True, help="the trained drafter to evaluate: draft, heads or eagle")
     ed.add_argument("--model", default="smollm2-135m")
     ed.add_argument("--data", type=Path, help="the data run folder (default: the newest complete one in the cache)")
     ed.add_argument("--weights", type=Path, help="a weights folder other than the shipped one (holding MODEL/KIND.safetensors)")

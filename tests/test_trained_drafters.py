@@ -13,6 +13,7 @@ from specdec_core.cli import main
 from specdec_core.drafters import TRAINED, Draft, Drafter, EagleNet, MedusaHeads, ReducedVocab
 from specdec_core.drafters import weights as weights_module
 from specdec_core.errors import SpecDecError
+from specdec_core.training.kinds import KINDS
 from test_sampling import first_spec_tokens, output_distribution
 from test_serving import IDLE, SATURATED, serve
 
@@ -165,7 +166,7 @@ def test_a_missing_file_says_how_to_train_it(tmp_path):
 
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
-    """`train-draft --smoke` for both kinds (tiny data made once under a private cache)."""
+    """`train-draft --smoke` for every kind (tiny data made once under a private cache)."""
     cache = tmp_path_factory.mktemp("cache")
     patch = pytest.MonkeyPatch()
     patch.setenv("SPECDEC_CACHE", str(cache))
@@ -180,8 +181,7 @@ def smoke_runs(tmp_path_factory):
 @pytest.mark.parametrize("kind", TRAINED)
 def test_smoke_training_exports_loadable_weights(smoke_runs, kind, tiny):
     _, runs = smoke_runs
-    cls = MedusaHeads if kind == "heads" else EagleNet
-    module = weights_module.load_module("tiny", kind, cls, runs[kind] / "weights")
+    module = weights_module.load_module("tiny", kind, KINDS[kind].cls, runs[kind] / "weights")
     card = json.loads((runs[kind] / "weights" / "tiny" / "manifest.json").read_text())["files"][f"{kind}.safetensors"]["card"]
     assert card["steps"] == 6 and card["offline_heldout"]["greedy"]["anchors"] > 0
     assert module.vocab_ids.shape == (512,)
@@ -273,9 +273,9 @@ def test_offline_tau_predicts_the_decode_loops_tau(smol, drafter):
         steps += len(decode_steps)
         ids, prompt_len = result.trace.prompt_ids + result.token_ids, len(result.trace.prompt_ids)
         hidden = capture(Target(smol), ids, prompt_len, layers_needed(drafter, smol))
-        sequences.append(Sequence(torch.tensor(ids[prompt_len:] + [0]), prompt_len - 1, hidden, True))
+        sequences.append(Sequence(torch.tensor(ids[prompt_len:] + [0]), prompt_len - 1, torch.tensor(ids), hidden, True))
     module = make_drafter(drafter, smol, config)
-    net = module.heads if drafter == "heads" else module.net
+    net = getattr(module, {"heads": "heads", "eagle": "net", "draft": "owned"}[drafter])
     offline = evaluate(smol, drafter, net, module.vocab, sequences, k=4)["all"]["tau_walked"][4]
     assert abs(offline / (emitted / steps) - 1) <= 0.10, (offline, emitted / steps)
 
@@ -325,3 +325,39 @@ def test_mix_verifies_the_proposal_with_more_expected_tokens_per_second():
         trusted.propose([99, 98], 4, params, generator)
         trusted.observe(4, [7, 8, 9, 10, 11], {}, verified=4)
     assert trusted.propose(context, 4, params, generator).source == "fixed"
+
+
+# --- transformers' assisted generation with our draft LM ------------------------------------------
+
+
+def test_the_hf_assistant_computes_the_draft_drafters_logits(tiny):
+    """hf:assisted's assistant is the drafter's own module and head: transformers' forward of it gives the
+    drafter's full-vocabulary logits (-inf outside the reduced vocabulary) at every position."""
+    from transformers import DynamicCache
+
+    from specdec_core import llama
+    from specdec_core.bench import HFRunner
+    from specdec_core.drafters import make_drafter
+
+    drafter = make_drafter("draft", tiny, sd.GenerationConfig(mode="spec", drafter="draft"))
+    ids = torch.tensor([tiny.encode([{"role": "user", "content": "Tell me about the sea."}])])
+    ours, _ = llama.forward(drafter.model, DynamicCache(config=drafter.model.config), ids)  # (1, n, N)
+    with torch.inference_mode():
+        theirs = HFRunner(tiny).assistant()(input_ids=ids).logits  # (1, n, V)
+    expected = drafter.vocab.expand(ours)
+    assert torch.equal(torch.isinf(theirs), torch.isinf(expected))
+    finite = ~torch.isinf(expected)
+    assert torch.allclose(theirs[finite], expected[finite], atol=1e-4)
+
+
+def test_bench_runs_hf_assisted_with_the_draft_lm_and_records_it(capsys, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "category": "chat", "prompt": "Say something about rivers."}\n')
+    out = tmp_path / "r.json"
+    assert main(["bench", "--model", "tiny", "--prompts", str(prompts), "--modes", "spec:draft,hf:assisted,hf:assisted-default",
+                 "--k", "4", "--max-new-tokens", "12", "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    for mode in ("spec:draft", "hf:assisted", "hf:assisted-default"):
+        assert summary[mode]["identical_to_ar"] == "1/1", mode
+    assert summary["hf:assisted"]["assistant"].startswith("draft: 2-layer")
+    assert summary["spec:draft"]["assistant"] is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..errors import SpecDecError
 from ..models import LoadedModel
 from .base import Draft, Drafter
+from .draft import DraftNet, serving_lm
 from .eagle import EagleDrafter, EagleNet
 from .heads import HeadsDrafter, MedusaHeads
 from .mix import MixDrafter
@@ -13,8 +14,8 @@ from .small_model import DraftModelDrafter, early_exit_model
 from .vocab import ReducedVocab
 from .weights import drafter_module
 
-DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "heads", "eagle", "mix")
-TRAINED = ("heads", "eagle")  # drafters with trained weights (`train-draft --kind`)
+DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "draft", "heads", "eagle", "mix")
+TRAINED = ("draft", "heads", "eagle")  # drafters with trained weights (`train-draft --kind`)
 MIX_MODEL = "eagle"  # the trained drafter `mix` weighs against n-gram lookup: the best one measured (BENCHMARKS §7)
 
 
@@ -32,7 +33,11 @@ def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
         return SimulatedDrafter(lm, config.hit_rate, horizon, seed=config.seed or 0)
     if name == "early-exit":
         model = early_exit_model(lm, config.early_exit_layers)
-        return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k, shared_params=True)
+        return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k)
+    if name == "draft":
+        net = drafter_module(lm, "draft", DraftNet)
+        model, vocab = serving_lm(net, lm.model)
+        return DraftModelDrafter(model, lm.device, name="draft", dynamic_k=config.dynamic_k, vocab=vocab, owned=net)
     if name == "heads":
         heads = drafter_module(lm, "heads", MedusaHeads)
         vocab = ReducedVocab(heads.vocab_ids, lm.model.lm_head.weight)
@@ -48,5 +53,5 @@ def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
     raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
 
 
-__all__ = ["DRAFTERS", "TRAINED", "Draft", "Drafter", "DraftModelDrafter", "EagleDrafter", "EagleNet", "HeadsDrafter",
+__all__ = ["DRAFTERS", "TRAINED", "Draft", "Drafter", "DraftModelDrafter", "DraftNet", "EagleDrafter", "EagleNet", "HeadsDrafter",
            "MIX_MODEL", "MedusaHeads", "MixDrafter", "NgramDrafter", "ReducedVocab", "SimulatedDrafter", "early_exit_model", "make_drafter"]

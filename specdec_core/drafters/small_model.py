@@ -1,7 +1,7 @@
 """A separate small causal LM as the drafter: same tokenizer, its own KV cache.
 
-`early-exit` (below) fills it with the target's first layers, untrained; the trained-drafters work
-fills it with trained weights as `draft`.
+`early-exit` (below) fills it with the target's first layers, untrained; `draft` (draft.py) with a
+small LM distilled from the target, whose output head covers a reduced vocabulary (vocab.py).
 """
 from __future__ import annotations
 
@@ -12,19 +12,22 @@ from .. import llama
 from ..models import LoadedModel
 from ..sampling import SamplingParams
 from .base import Draft, Drafter, choose_draft, model_draft
+from .vocab import ReducedVocab
 
 
 class DraftModelDrafter(Drafter):
     """Drafts k tokens autoregressively with a small model; q is its processed distribution."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft",
-                 dynamic_k: float | None = None, shared_params: bool = False) -> None:
+                 dynamic_k: float | None = None, vocab: ReducedVocab | None = None,
+                 owned: torch.nn.Module | None = None) -> None:
         llama.check_supported(model)
         self.model = model.eval()
         self.device = device
         self.name = name
         self.dynamic_k = dynamic_k  # stop drafting when q's top probability falls below this
-        self.shared_params = shared_params  # weights borrowed from the target cost no extra memory
+        self.vocab = vocab  # the model's head speaks only these N tokens (None: the full vocabulary)
+        self.owned = owned  # the weights this drafter adds to the target's (None: all borrowed, no extra memory)
         self.cache = DynamicCache(config=model.config)
         self.cached_ids: list[int] = []  # tokens whose keys/values are in self.cache
 
@@ -36,7 +39,11 @@ class DraftModelDrafter(Drafter):
     def _feed(self, ids: list[int]) -> torch.Tensor:
         logits, _ = llama.forward(self.model, self.cache, torch.tensor([ids], device=self.device), last_only=True)
         self.cached_ids.extend(ids)
-        return logits[0, -1].float()  # (V,)
+        return self._full(logits[0, -1])
+
+    def _full(self, logits: torch.Tensor) -> torch.Tensor:
+        """The model's last logits (V,) or (N,) -> full-vocabulary float32 logits (V,), -inf outside the subset."""
+        return self.vocab.expand(logits) if self.vocab is not None else logits.float()
 
     def _sync_cache(self, context: list[int]) -> torch.Tensor:
         """Reuse the cached prefix shared with `context`, feed the rest, return next-token logits."""
@@ -105,14 +112,15 @@ class DraftModelDrafter(Drafter):
             rows = [[t[-1] if t else c[-1]] for t, c in zip(tokens, contexts)]
             with torch.inference_mode():
                 out, _ = batch_forward(model, ragged, 0, rows)
-            logits = [o[-1] for o in out]
+            logits = [drafters[0]._full(o[-1]) for o in out]
         return [model_draft(t, q) for t, q in zip(tokens, qs)]
 
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for layer in self.cache.layers
                     for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
-        weights = 0 if self.shared_params else sum(p.numel() * p.element_size() for p in self.model.parameters())
-        return cache + weights
+        weights = 0 if self.owned is None else sum(p.numel() * p.element_size() for p in self.owned.parameters())
+        head = 0 if self.vocab is None else self.vocab.weight.numel() * self.vocab.weight.element_size()
+        return cache + weights + head
 
 
 def early_exit_model(lm: LoadedModel, layers: int) -> LlamaForCausalLM:

@@ -22,6 +22,7 @@ from .data import read_shard
 class Sequence:
     next_tokens: torch.Tensor  # (rows,) int64: the token after each row's position (the last one: 0, none)
     position: int  # the absolute position of row 0 (prompt_len - 1)
+    tokens: torch.Tensor  # (prompt_len + rows - 1,) int64: prompt and response, what a token-only drafter reads
     hidden: dict[int, torch.Tensor]  # layer -> (rows, H) float16
     greedy: bool  # generated greedily (even prompt index) or sampled
 
@@ -36,6 +37,8 @@ class Batch:
     positions: torch.Tensor  # (B, n) absolute rotary positions
     rows: torch.Tensor  # (B,) valid rows per sequence (the rest is padding)
     hidden: dict[int, torch.Tensor]  # layer -> (B, n, H) float32
+    tokens: torch.Tensor  # (B, T) prompt + response from position 0, right-padded with 0
+    starts: torch.Tensor  # (B,) the position of row 0 in `tokens` (prompt_len - 1)
 
     def valid(self, ahead: int) -> torch.Tensor:
         """(B, n) bool: anchors m whose row m + ahead exists."""
@@ -44,7 +47,8 @@ class Batch:
 
     def to(self, device: torch.device) -> "Batch":
         return Batch(self.next_tokens.to(device), self.positions.to(device), self.rows.to(device),
-                     {layer: h.to(device) for layer, h in self.hidden.items()})
+                     {layer: h.to(device) for layer, h in self.hidden.items()}, self.tokens.to(device),
+                     self.starts.to(device))
 
 
 def load_split(folder: Path, split: str, layers: tuple[int, ...], limit: int | None = None) -> list[Sequence]:
@@ -65,9 +69,10 @@ def load_split(folder: Path, split: str, layers: tuple[int, ...], limit: int | N
         shard = read_shard(folder / manifest["shards"][name]["file"])
         for i in range(len(shard)):
             ids, prompt_len, hidden = shard.sequence(i)
-            response = torch.tensor(ids[prompt_len:], dtype=torch.long)
-            sequences.append(Sequence(torch.cat((response, torch.zeros(1, dtype=torch.long))), prompt_len - 1,
-                                      {layer: hidden[layer] for layer in layers}, int(shard.prompt_index[i]) % 2 == 0))
+            tokens = torch.tensor(ids, dtype=torch.long)
+            next_tokens = torch.cat((tokens[prompt_len:], torch.zeros(1, dtype=torch.long)))
+            sequences.append(Sequence(next_tokens, prompt_len - 1, tokens, {layer: hidden[layer] for layer in layers},
+                                      int(shard.prompt_index[i]) % 2 == 0))
             if limit is not None and len(sequences) >= limit:
                 return sequences
     return sequences
@@ -79,12 +84,15 @@ def make_batch(sequences: list[Sequence]) -> Batch:
     next_tokens = torch.zeros(b, n, dtype=torch.long)
     positions = torch.zeros(b, n, dtype=torch.long)
     hidden = {layer: torch.zeros(b, n, h.shape[1]) for layer, h in sequences[0].hidden.items()}
+    tokens = torch.zeros(b, max(len(s.tokens) for s in sequences), dtype=torch.long)
     for i, s in enumerate(sequences):
         next_tokens[i, :s.rows] = s.next_tokens
         positions[i] = torch.arange(s.position, s.position + n)
+        tokens[i, :len(s.tokens)] = s.tokens
         for layer, h in s.hidden.items():
             hidden[layer][i, :s.rows] = h.float()
-    return Batch(next_tokens, positions, torch.tensor([s.rows for s in sequences]), hidden)
+    return Batch(next_tokens, positions, torch.tensor([s.rows for s in sequences]), hidden, tokens,
+                 torch.tensor([s.position for s in sequences]))
 
 
 def epoch_order(count: int, seed: int, epoch: int) -> list[int]:

@@ -87,13 +87,16 @@ def run_train_draft_command(args) -> None:
 def run_eval_draft_command(args) -> None:
     import json
 
-    from ..drafters import EagleNet, MedusaHeads, ReducedVocab
+    from ..drafters import ReducedVocab
     from ..drafters.weights import drafter_module, load_module
     from ..models import load_model
-    from .train import evaluate, load_data
+    from ..errors import SpecDecError
+    from .train import KINDS, evaluate, load_data
 
+    if args.kind not in KINDS:
+        raise SpecDecError(f"unknown drafter kind {args.kind!r}: choose one of {', '.join(KINDS)}")
     lm = load_model(args.model, args.device, "float32")
-    cls = MedusaHeads if args.kind == "heads" else EagleNet
+    cls = KINDS[args.kind].cls
     module = load_module(lm.name, args.kind, cls, args.weights) if args.weights else drafter_module(lm, args.kind, cls)
     folder = data_folder(args, lm, args.kind)
     _, heldout, _ = load_data(lm, folder, args.kind)

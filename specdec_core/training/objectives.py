@@ -1,7 +1,7 @@
 """What each drafter kind computes on a batch, the one distillation loss, and offline acceptance.
 
-`draft_logits` returns (K, B, n, N): [i-1, b, m] are the logits of draft i at anchor m (batches.py),
-so the loss and `acceptance` below never ask which kind produced them.
+Every kind's logits function (`kinds.py` names them) returns (K, B, n, N): [i-1, b, m] are the logits
+of draft i at anchor m (batches.py), so the loss and `acceptance` below never ask which kind produced them.
 """
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import llama
-from ..drafters import EagleNet, MedusaHeads, ReducedVocab
+from ..drafters import DraftNet, EagleNet, MedusaHeads, ReducedVocab
+from ..drafters.draft import causal_lm
 from .batches import Batch
 
 
@@ -37,7 +38,7 @@ def eagle_logits(net: EagleNet, vocab: ReducedVocab, target: torch.nn.Module, ba
     attending as `ttt_mask` says. Step s at row i is draft s+1 of anchor i - s: shifted back to anchors.
     """
     b, n = batch.next_tokens.shape
-    embeds = F.embedding(batch.next_tokens, target.model.embed_tokens.weight).float()  # (B, n, H)
+    embeds = F.embedding(batch.next_tokens, target.model.embed_tokens.weight.detach()).float()  # (B, n, H), frozen
     cos, sin = llama.rotary_tables(target, batch.positions, torch.float32)  # (B, 1, n, hd)
     feature = net.fused(batch.hidden)  # (B, n, H)
     keys: list[torch.Tensor] = []
@@ -54,11 +55,21 @@ def eagle_logits(net: EagleNet, vocab: ReducedVocab, target: torch.nn.Module, ba
     return torch.stack(out_logits)
 
 
-def draft_logits(kind: str, module: torch.nn.Module, vocab: ReducedVocab, target: torch.nn.Module, batch: Batch,
-                 k: int) -> torch.Tensor:
-    if kind == "heads":
-        return heads_logits(module, vocab, batch, target.config.num_hidden_layers, k)
-    return eagle_logits(module, vocab, target, batch, k)
+def token_lm_logits(net: DraftNet, vocab: ReducedVocab, target: torch.nn.Module, batch: Batch, k: int) -> torch.Tensor:
+    """The draft LM reads tokens only: one causal pass over prompt + response. Its output at row j
+    (position start + j) names the token the target's row j names, so draft i of anchor m is its output
+    at row m+i, teacher-forced on the tokens the target wrote (where an earlier draft differed from
+    them the chain was rejected anyway: exactly the prefixes acceptance is measured on)."""
+    model = causal_lm(net, target, vocab)
+    tokens = batch.tokens  # (B, T)
+    t, n = tokens.shape[1], batch.next_tokens.shape[1]
+    x = F.embedding(tokens, target.model.embed_tokens.weight.detach()).float()  # (B, T, H), frozen
+    groups = net.config["heads"] // net.config["kv_heads"]
+    causal = lambda q, key, value, layer, scale: llama.attention(q, key, value, groups, None, scale)  # noqa: E731
+    out, _ = llama.decoder(model, x, torch.arange(t, device=tokens.device)[None], causal)  # (B, T, H)
+    rows = (batch.starts[:, None] + torch.arange(n + k, device=tokens.device)[None]).clamp(max=t - 1)  # (B, n+k)
+    logits = vocab.logits(torch.gather(out, 1, rows[..., None].expand(-1, -1, out.shape[-1])))  # (B, n+k, N)
+    return torch.stack([logits[:, i:i + n] for i in range(1, k + 1)])
 
 
 def distillation_loss(logits: torch.Tensor, vocab: ReducedVocab, batch: Batch, final_layer: int

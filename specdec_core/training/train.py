@@ -21,15 +21,14 @@ from pathlib import Path
 
 import torch
 
-from ..drafters import EagleNet, MedusaHeads, ReducedVocab
+from ..drafters import ReducedVocab
 from ..drafters.weights import WEIGHTS_DIR, save_state, seeded_vocab
 from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
 from .batches import Sequence, batch_at, load_split, make_batch
-from .objectives import acceptance, distillation_loss, draft_logits, survival_summary, walked_tau
+from .kinds import KINDS, layers_needed
+from .objectives import acceptance, distillation_loss, survival_summary, walked_tau
 from .vocab import choose_vocab
-
-KINDS = ("heads", "eagle")
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ class TrainConfig:
     batch_size: int = 8  # sequences (each up to 129 rows)
     lr: float = 1e-3
     warmup: int = 50
-    depth: int = 4  # heads: how many heads; eagle: training-time-test unroll steps
-    intermediate: int = 0  # eagle's MLP width (0: the target's)
+    depth: int = 4  # heads: how many heads; eagle: training-time-test unroll steps; draft: unused
+    intermediate: int = 0  # eagle's and draft's MLP width (0: eagle the target's, draft 480)
     vocab: int = 0  # reduced vocabulary size N (0: measured, training/vocab.py)
     seed: int = 0
     checkpoint_every: int = 100
@@ -71,20 +70,10 @@ def learning_rate(config: TrainConfig, step: int) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
-def layers_needed(kind: str, lm: LoadedModel) -> tuple[int, ...]:
-    final = lm.model.config.num_hidden_layers
-    if kind == "heads":
-        return (final,)
-    return tuple(sorted({final, *EagleNet.target_config(lm, 1)["layers"]}))
-
-
 def build_module(config: TrainConfig, lm: LoadedModel, vocab_ids: torch.Tensor) -> torch.nn.Module:
-    """A fresh module from the seed (heads start at zero, as Medusa's do)."""
+    """A fresh module from the seed (heads start at zero, as Medusa's do; draft from the target's first layers)."""
     torch.manual_seed(config.seed)
-    if config.kind == "heads":
-        module = MedusaHeads({"hidden": lm.model.config.hidden_size, "heads": config.depth, "vocab": len(vocab_ids)})
-    else:
-        module = EagleNet(EagleNet.target_config(lm, len(vocab_ids), config.intermediate or None))
+    module = KINDS[config.kind].build(lm, len(vocab_ids), config.depth, config.intermediate)
     module.vocab_ids.copy_(vocab_ids)
     return module
 
@@ -158,7 +147,7 @@ def train_steps(lm: LoadedModel, run: TrainRun, train: list[Sequence], stop_afte
         batch = batch_at(train, run.step, config.batch_size, config.seed).to(lm.device)
         for group in run.optimizer.param_groups:
             group["lr"] = learning_rate(config, run.step)
-        logits = draft_logits(config.kind, run.module, run.vocab, lm.model, batch, config.depth)
+        logits = KINDS[config.kind].logits(run.module, run.vocab, lm.model, batch, KINDS[config.kind].train_depth(config.depth))
         loss, agreement = distillation_loss(logits, run.vocab, batch, final)
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -182,13 +171,13 @@ def evaluate(lm: LoadedModel, kind: str, module: torch.nn.Module, vocab: Reduced
     """Offline greedy acceptance on held-out sequences (teacher-forced, no timing): per-position
     survival and the tau each k implies, over all anchors and over the greedy sequences alone."""
     final = lm.model.config.num_hidden_layers
-    if kind == "heads":
-        k = min(k, len(module.blocks))  # a head per position: nothing to draft beyond the last head
+    limit = KINDS[kind].max_k(module)  # heads: nothing to draft beyond the last head
+    k = min(k, limit or k)
     parts: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {"all": [], "greedy": []}
     for start in range(0, len(sequences), batch_size):
         chunk = sequences[start:start + batch_size]
         batch = make_batch(chunk).to(lm.device)
-        accepted, valid = acceptance(draft_logits(kind, module, vocab, lm.model, batch, k), vocab, lm.model.lm_head,
+        accepted, valid = acceptance(KINDS[kind].logits(module, vocab, lm.model, batch, k), vocab, lm.model.lm_head,
                                      batch, final)
         greedy = torch.tensor([s.greedy for s in chunk], device=lm.device)[:, None]
         parts["all"].append((accepted.cpu(), valid.cpu()))
@@ -259,5 +248,5 @@ def load_data(lm: LoadedModel, folder: Path, kind: str, limit: int | None = None
     return load_split(folder, "train", layers, limit), load_split(folder, "heldout", layers, limit), manifest
 
 
-__all__ = ["KINDS", "TrainConfig", "TrainRun", "WEIGHTS_DIR", "evaluate", "export", "load_data", "open_training",
+__all__ = ["KINDS", "TrainConfig", "layers_needed", "TrainRun", "WEIGHTS_DIR", "evaluate", "export", "load_data", "open_training",
            "train_steps", "weights_root"]
