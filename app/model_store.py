@@ -208,21 +208,45 @@ def _cost_models() -> dict:
     return {"lock": threading.Lock()}
 
 
+def drafter_problem(lm, name: str) -> str | None:
+    """Why drafter `name` cannot run on `lm` (a trained drafter whose weights are not shipped yet), or
+    None. Only trained drafters can lack something; a loaded drafter's weights stay cached."""
+    built = _cost_models().setdefault("built", set())
+    if name not in sd.drafters.TRAINED or (lm.name, name) in built:
+        return None
+    try:
+        sd.drafters.make_drafter(name, lm, sd.GenerationConfig(mode="spec", drafter=name))
+    except sd.SpecDecError as err:
+        return str(err)
+    built.add((lm.name, name))
+    return None
+
+
 def cost_model(lm):
     """This machine's cost model (forward times per token count, drafter step costs), measured
-    once per server and model, under the model lock; other sessions wait for that one measurement."""
+    once per server and model, under the model lock; other sessions wait for that one measurement.
+    A trained drafter without weights is left out (the page says why) and measured once they exist."""
     store = _cost_models()
+    usable = [d for d in sd.drafters.TRAINED if drafter_problem(lm, d) is None]
     if lm.name not in store:
         with st.spinner(t("measuring_costs")), store["lock"]:
             if lm.name not in store:
                 def measure():
                     return sd.costmodel.measure_cost_model(lm, tokens=(1, 2, 3, 4, 5, 6, 8, 12, 17), repeats=3,
-                                                           drafters=("ngram", "early-exit", *sd.drafters.TRAINED))
+                                                           drafters=("ngram", "early-exit", *usable))
                 result = call_model(measure)
                 if result is None:
                     return None
                 store[lm.name] = result
-    return store[lm.name]
+    cm = store[lm.name]
+    late = [d for d in usable if d not in cm.draft_step_s]  # weights that appeared after the measurement
+    if late:
+        with st.spinner(t("measuring_costs")), store["lock"]:
+            for name in late:
+                seconds = call_model(sd.costmodel.measure_draft_step, lm, name)
+                if seconds is not None:
+                    cm.draft_step_s[name] = seconds
+    return cm
 
 
 @st.cache_resource(show_spinner=False)

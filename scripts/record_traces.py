@@ -2,12 +2,22 @@
 
     .venv/bin/python scripts/record_traces.py            # all prompts -> app/traces/
     .venv/bin/python scripts/record_traces.py --only zh-poem --out /tmp/traces
+    .venv/bin/python scripts/record_traces.py --drafter ngram      # every spec lane drafts by n-gram lookup
 
 For each prompt, four lanes decode the same prompt greedily:
   ar     one token per target forward (the baseline)
   nar    one-shot parallel decoding, window 16 (fast and garbled: the cautionary lane)
   jacobi Jacobi fixed-point iteration, window 8 (exact, usually little faster)
-  spec   speculative decoding, draft -> verify (exact); the drafter is chosen per prompt
+  spec   speculative decoding, draft -> verify (exact), with the drafter of `--drafter`
+
+`--drafter` picks the spec lane's drafter for every prompt. The default is `mix`, the best trained
+option: per step it drafts by n-gram lookup where the text is copied, by the trained EAGLE drafter
+elsewhere, or not at all where neither is expected to pay (each step's choice is in the trace,
+`StepEvent.draft_source`, and the inspector shows it). Any drafter of the engine's registry works
+(`ngram`, `eagle`, `heads`, …; a trained one needs its shipped weights). `--drafter per-prompt` keeps
+each prompt's own choice from PROMPTS below (n-gram lookup for the copying prompts, a simulated
+drafter of hit rate SIM_HIT_RATE for the chat question): the traces shipped before the trained drafters.
+The prompt titles in index.json name the drafter used.
 
 Every trace is saved with `Trace.save` to <out>/<id>/<lane>.json, and <out>/index.json lists the
 prompts. The engine guarantees that jacobi and spec emit exactly the ar tokens; this script asserts it.
@@ -35,15 +45,17 @@ MAX_NEW_TOKENS = 48
 NAR_WINDOW = 16
 JACOBI_WINDOW = 8
 SPEC_K = 4
+SIM_HIT_RATE = 0.7  # the simulated drafter's hit rate where it drafts (the chat prompt under --drafter per-prompt)
 
-# id, category, title, prompt, drafter (+ its settings). Chosen so the race shows both sides:
-# copying (n-gram drafting shines), free chat (nothing to copy: a simulated drafter of known quality),
-# a code edit (partial copying) and Chinese text (multi-byte characters split across tokens).
+# id, category, title (without the drafter: `title()` adds it), prompt, and the drafter `--drafter
+# per-prompt` uses (+ its settings). Chosen so the race shows both sides: copying (n-gram drafting
+# shines), free chat (nothing to copy), a code edit (partial copying) and Chinese text (multi-byte
+# characters split across tokens).
 PROMPTS = [
     {
         "id": "copy-en",
         "category": "copy",
-        "title": {"zh": "照抄一段话（n-gram 草稿的主场）", "en": "Copy a paragraph (n-gram drafting shines)"},
+        "title": {"zh": "照抄一段话", "en": "Copy a paragraph"},
         "prompt": ("Repeat this text word for word: Speculative decoding lets a small draft model guess several "
                    "tokens ahead, and the large model checks all of them in a single forward pass, so the output "
                    "stays exactly the same."),
@@ -53,11 +65,10 @@ PROMPTS = [
     {
         "id": "chat-sky",
         "category": "chat",
-        "title": {"zh": "闲聊问答：天空为什么是蓝的（模拟草稿，命中率 0.7）",
-                  "en": "Chat question: why is the sky blue (simulated drafter, hit rate 0.7)"},
+        "title": {"zh": "闲聊问答：天空为什么是蓝的", "en": "Chat question: why is the sky blue"},
         "prompt": "Why is the sky blue? Answer in two sentences.",
         "drafter": "sim",
-        "drafter_config": {"k": SPEC_K, "hit_rate": 0.7},
+        "drafter_config": {"k": SPEC_K, "hit_rate": SIM_HIT_RATE},
     },
     {
         "id": "code-fix",
@@ -79,31 +90,70 @@ PROMPTS = [
 ]
 
 LANES = ("ar", "nar", "jacobi", "spec")
+DEFAULT_DRAFTER = "mix"
+PER_PROMPT = "per-prompt"
+
+# How a title names the spec lane's drafter (others: by their registry name). {model}: mix's trained drafter.
+DRAFTER_NOTES = {
+    "mix": {"zh": "mix 草稿：照抄处用 n-gram，其余用已训练的{model}",
+            "en": "mix drafter: n-gram where copied, the trained {model} elsewhere"},
+    "ngram": {"zh": "n-gram 草稿", "en": "n-gram drafting"},
+    "sim": {"zh": "模拟草稿，命中率 {hit_rate}", "en": "simulated drafter, hit rate {hit_rate}"},
+    "eagle": {"zh": " EAGLE 草稿器", "en": "EAGLE drafter"},
+    "heads": {"zh": " Medusa 多头", "en": "Medusa heads"},
+    "draft": {"zh": "蒸馏草稿模型", "en": "distilled draft model"},
+}
 
 
-def lane_config(lane: str, entry: dict, max_new_tokens: int) -> sd.GenerationConfig:
+def spec_drafter(entry: dict, drafter: str) -> tuple[str, dict]:
+    """The spec lane's drafter and its settings for this prompt under `--drafter`."""
+    if drafter == PER_PROMPT:
+        return entry["drafter"], dict(entry["drafter_config"])
+    config = {"k": SPEC_K}
+    if drafter == "sim":  # the prompt's hit rate if it has one, else the chat prompt's
+        config["hit_rate"] = entry["drafter_config"].get("hit_rate", SIM_HIT_RATE)
+    return drafter, config
+
+
+def title(entry: dict, drafter: str, config: dict) -> dict:
+    model = sd.drafters.MIX_MODEL
+    out = {}
+    for lang, sep in (("zh", "（{}）"), ("en", " ({})")):
+        note = DRAFTER_NOTES.get(drafter, {}).get(lang, drafter)
+        named = DRAFTER_NOTES.get(model, {}).get(lang, model)
+        out[lang] = entry["title"][lang] + sep.format(note.format(**config, model=named).strip())
+    return out
+
+
+def lane_config(lane: str, entry: dict, max_new_tokens: int, drafter: str = DEFAULT_DRAFTER) -> sd.GenerationConfig:
     if lane == "ar":
         return sd.GenerationConfig(mode="ar", max_new_tokens=max_new_tokens)
     if lane == "nar":
         return sd.GenerationConfig(mode="nar", window=NAR_WINDOW, max_new_tokens=max_new_tokens)
     if lane == "jacobi":
         return sd.GenerationConfig(mode="jacobi", window=JACOBI_WINDOW, max_new_tokens=max_new_tokens)
-    return sd.GenerationConfig(mode="spec", drafter=entry["drafter"], max_new_tokens=max_new_tokens,
-                               **entry["drafter_config"])
+    name, config = spec_drafter(entry, drafter)
+    return sd.GenerationConfig(mode="spec", drafter=name, max_new_tokens=max_new_tokens, **config)
 
 
-def record(lm, entry: dict, out: Path, max_new_tokens: int) -> dict:
+def record(lm, entry: dict, out: Path, max_new_tokens: int, drafter: str = DEFAULT_DRAFTER) -> dict:
     folder = out / entry["id"]
     folder.mkdir(parents=True, exist_ok=True)
+    name, config = spec_drafter(entry, drafter)
     results = {}
     for lane in LANES:
         start = time.perf_counter()
-        res = sd.generate(lm, entry["prompt"], lane_config(lane, entry, max_new_tokens))
+        res = sd.generate(lm, entry["prompt"], lane_config(lane, entry, max_new_tokens, drafter))
         res.trace.save(folder / f"{lane}.json")
         results[lane] = res
         m = res.metrics
+        sources = {}
+        for step in res.trace.steps:
+            if step.draft_source:
+                sources[step.draft_source] = sources.get(step.draft_source, 0) + 1
         print(f"  {entry['id']:>9} {lane:>6}: {m['new_tokens']:3d} tokens, {m['target_forwards']:3d} forwards, "
-              f"tau {m['mean_acceptance_length']:.2f}, {time.perf_counter() - start:5.1f} s", flush=True)
+              f"tau {m['mean_acceptance_length']:.2f}, {time.perf_counter() - start:5.1f} s"
+              + (f", drafts from {sources}" if sources else ""), flush=True)
     for lane in ("jacobi", "spec"):
         assert results[lane].token_ids == results["ar"].token_ids, (
             f"{entry['id']}: {lane} output differs from ar:\n{results[lane].text!r}\n{results['ar'].text!r}")
@@ -111,10 +161,10 @@ def record(lm, entry: dict, out: Path, max_new_tokens: int) -> dict:
     return {
         "id": entry["id"],
         "category": entry["category"],
-        "title": entry["title"],
+        "title": title(entry, name, config),
         "prompt": entry["prompt"],
-        "drafter": entry["drafter"],
-        "drafter_config": entry["drafter_config"],
+        "drafter": name,
+        "drafter_config": config,
         "max_new_tokens": max_new_tokens,
         "lanes": {lane: f"{entry['id']}/{lane}.json" for lane in LANES},
         "recorded_with": {"model": lm.name, "torch": torch.__version__, "threads": torch.get_num_threads()},
@@ -128,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m", choices=sd.MODEL_NAMES)
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    parser.add_argument("--drafter", default=DEFAULT_DRAFTER, choices=(*sd.drafters.DRAFTERS, PER_PROMPT),
+                        help=f"the spec lane's drafter for every prompt (default {DEFAULT_DRAFTER}: n-gram lookup "
+                             f"where text is copied, the trained EAGLE drafter elsewhere); {PER_PROMPT}: each "
+                             "prompt's own choice (n-gram for copying, sim for chat)")
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -144,15 +198,15 @@ def main(argv: list[str] | None = None) -> int:
         previous = {e["id"]: e for e in json.loads(index_path.read_text(encoding="utf-8"))}
 
     lm = sd.load_model(args.model)
-    print(f"recording {args.model}, {args.max_new_tokens} new tokens, {torch.get_num_threads()} torch thread(s) "
-          f"-> {args.out}", flush=True)
+    print(f"recording {args.model}, {args.max_new_tokens} new tokens, {torch.get_num_threads()} torch thread(s), "
+          f"spec drafter {args.drafter} -> {args.out}", flush=True)
     index = []
     for entry in PROMPTS:
         if args.only and entry["id"] not in args.only:
             if entry["id"] in previous:
                 index.append(previous[entry["id"]])
             continue
-        index.append(record(lm, entry, args.out, args.max_new_tokens))
+        index.append(record(lm, entry, args.out, args.max_new_tokens, args.drafter))
     index_path.write_text(json.dumps(index, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
     total = sum(p.stat().st_size for p in args.out.rglob("*.json"))

@@ -181,6 +181,15 @@ def test_every_static_ui_key_used_in_the_app_exists():
     assert not used - set(en), f"missing UI strings: {sorted(used - set(en))}"
 
 
+def test_every_drafter_of_the_registry_has_a_label():
+    """The app lists the engine's registry (`common.drafter_options`): each drafter needs its label."""
+    from specdec_core.drafters import DRAFTERS
+
+    for lang in ("en", "zh"):
+        missing = [d for d in DRAFTERS if f"drafter_{d.replace('-', '_')}" not in _strings(lang)]
+        assert not missing, f"{lang}: no label for {missing}"
+
+
 def test_myst_lesson_markup_becomes_streamlit_markdown():
     import course
 
@@ -349,6 +358,72 @@ def test_inspector_live_sampling_shows_p_q_and_the_residual():
     assert "min(1, p/q)" in texts(at) or any("min(1, p/q)" in str(m.label) for m in at.get("metric"))
 
 
+def _plain_step(step):
+    """`step` (a drafting step that accepted nothing) as the plain step `mix` takes: no drafts, one token."""
+    step.drafted, step.target, step.p_of_draft, step.accept_probs, step.p_top, step.q_top = [], [], [], [], [], []
+    step.extra, step.extra_kind, step.draft_source = None, None, None
+    return step
+
+
+def test_inspector_shows_q_at_every_step_of_a_model_drafter_and_mix_sources(tmp_path, monkeypatch):
+    """Greedy runs of a model drafter draw p and q at every drafting step (q is the drafter's real
+    distribution, not only q(draft)); a `mix` run says which drafter proposed each step, how many steps
+    each made, and why a step had no drafts. The mix trace is a heads trace relabelled (deterministic)."""
+    import specdec_core as sd
+
+    lm = sd.load_model("tiny")
+    prompt = "Repeat exactly: the cat sat on the mat, the cat sat on the mat."
+    heads = sd.generate(lm, prompt, sd.GenerationConfig(mode="spec", drafter="heads", k=3, max_new_tokens=8)).trace
+    mix = sd.Trace.from_dict(heads.to_dict())
+    mix.drafter, mix.config["drafter"] = "mix", "mix"
+    decode = [s for s in mix.steps if s.kind == "decode"]
+    for i, step in enumerate(decode):
+        step.draft_source = ("eagle", "ngram")[i % 2] if step.drafted else None
+    plain = next(i for i, s in enumerate(decode) if s.accepted == 0 and i > 0)
+    _plain_step(decode[plain])
+    index = []
+    for name, trace in (("heads", heads), ("mix", mix)):
+        (tmp_path / name).mkdir()
+        trace.save(tmp_path / name / "spec.json")
+        index.append({"id": name, "title": {"zh": name, "en": name}, "prompt": prompt,
+                      "lanes": {"spec": f"{name}/spec.json"}})
+    (tmp_path / "index.json").write_text(json.dumps(index), encoding="utf-8")
+    monkeypatch.setenv("SPECDEC_APP_TRACES", str(tmp_path))
+    en = _strings("en")
+
+    at = open_page("inspector", "en")
+    steps = [s for s in heads.steps if s.kind == "decode"]
+    assert all(len(s.q_top) == len(s.drafted) for s in steps)  # the engine recorded q at every drafting step
+    assert sum(bool(s.drafted) for s in steps) >= len(steps) - 1  # (the last step may have no room to draft)
+    for i, step in enumerate(steps, start=1):
+        assert at.session_state["insp_step"] == i
+        if not step.drafted:
+            assert en["insp_no_draft"] in texts(at) and not plotly_charts(at)
+            ok(button(at, "insp_next").click().run())
+            continue
+        chart = next(c for c in plotly_charts(at) if chart_key(c) == "insp_pq")
+        bars = {tr["name"]: tr["y"] for tr in json.loads(chart.proto.spec)["data"]}
+        shown = min(step.accepted, len(step.drafted) - 1)  # the default position: the rejected one, else the last
+        q = [y for y in bars[en["q_draft"]] if y is not None]
+        assert len(q) >= 2 and max(q) == pytest.approx(max(tok.prob for tok in step.q_top[shown]))  # not one-hot
+        assert en["insp_pq_greedy"] in texts(at) and not at.get("metric")  # greedy: no min(1, p/q)
+        ok(button(at, "insp_next").click().run())
+
+    ok(at.selectbox(key="insp_example").set_value("mix").run())
+    body = texts(at)
+    assert en["insp_mix_sources"].split("{")[0] in body and "EAGLE" in body and "n-gram" in body
+    for i, step in enumerate(decode, start=1):
+        if at.session_state["insp_step"] != i:
+            ok(at.slider(key="insp_step").set_value(i).run())
+        body = texts(at)
+        if step.drafted:
+            assert en["insp_draft_source"].format(source=en["drafter_" + step.draft_source]) in body
+        else:
+            assert en["insp_no_draft_mix"] in body and not plotly_charts(at)
+    ok(at.sidebar.radio(key="lang_widget").set_value("zh").run())
+    assert "mix" in texts(at)
+
+
 # ------------------------------------------------------------------------------------ lab and costs
 
 def test_lab_runs_on_the_model_and_draws_theory_and_measurements():
@@ -359,10 +434,142 @@ def test_lab_runs_on_the_model_and_draws_theory_and_measurements():
     ok(at.slider(key="lab_max_new").set_value(16).run())
     ok(button(at, "lab_run").click().run())
     assert at.success and "pooled α" in at.success[0].value
-    assert len(plotly_charts(at)) == 5  # + per-position acceptance and the histogram
+    assert len(plotly_charts(at)) == 5  # + per-position survival and the histogram
     assert "approximation" in json.dumps([c.proto.spec for c in plotly_charts(at)], ensure_ascii=False)
     ok(at.multiselect(key="lab_ks").set_value([]).run())
     assert button(at, "lab_run").disabled
+
+
+def test_survival_pools_the_per_position_counts_and_fits_alpha():
+    """s_i = steps accepting >= i / steps offering >= i, pooled by counts; α = accepted / examined."""
+    import survival
+    from specdec_core.metrics import compute_metrics
+    from specdec_core.trace import StepEvent, Token, Trace
+
+    def trace(shape, k=4):  # shape: (drafted, accepted) per decode step; 0 drafted = a plain step
+        tok = Token(1, "a", 0.5)
+        steps = [StepEvent(0, "spec", "prefill", emitted=[tok])]
+        for i, (n, a) in enumerate(shape, start=1):
+            steps.append(StepEvent(i, "spec", "decode", emitted=[tok] * (a + 1), drafted=[tok] * n, accepted=a,
+                                   target_forwards=i))
+        return Trace("tiny", "spec", "ngram", {"k": k}, "", [], steps, timing={"wall_s": 1.0})
+
+    one = survival.Survival.from_metrics(compute_metrics(trace([(4, 2), (4, 4), (2, 0), (3, 3), (0, 0)])))
+    assert (one.offered, one.survived) == ([4, 4, 3, 2], [3, 3, 2, 1])
+    assert one.s == pytest.approx([3 / 4, 3 / 4, 2 / 3, 1 / 2])
+    assert one.alpha == pytest.approx(9 / 11) and one.acceptance_rate == pytest.approx(9 / 13)  # 2 steps rejected one
+    two = survival.Survival.from_metrics(compute_metrics(trace([(1, 1), (1, 0)], k=2)))
+    assert (two.offered, two.positions) == ([2, 0], [1])  # nobody offered position 2: no point there
+    both = survival.pooled([compute_metrics(trace([(4, 2), (4, 4), (2, 0), (3, 3), (0, 0)])),
+                            compute_metrics(trace([(1, 1), (1, 0)], k=2))])
+    assert both.s == pytest.approx([4 / 6, 3 / 4, 2 / 3, 1 / 2])  # counts pooled, not the two ratios averaged
+    assert both.alpha == pytest.approx(10 / 13) and both.steps == 6
+    assert survival.Survival().s == [] and survival.Survival().alpha == 0.0
+
+
+def _survival_from_metrics(runs: list[dict]) -> tuple[list[float], float, float]:
+    """A run's s_i, fitted α and ᾱ straight from its decode metrics (the test's own derivation)."""
+    n = max(len(m["offered_per_pos_count"]) for m in runs)
+    offered = [sum(m["offered_per_pos_count"][i] for m in runs if i < len(m["offered_per_pos_count"]))
+               for i in range(n)]
+    survived = [sum(sum(m["accepted_length_hist"][i + 1:]) for m in runs) for i in range(n)]  # accepted >= i+1
+    assert survived == [sum(m["accepted_per_pos_count"][i] for m in runs if i < len(m["accepted_per_pos_count"]))
+                        for i in range(n)]
+    accepted = sum(m["num_accepted_tokens"] for m in runs)
+    rejected = sum(round(m["rollback_rate"] * m["num_drafts"]) for m in runs)
+    drafted = sum(m["num_draft_tokens"] for m in runs)
+    alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
+    return [a / o for a, o in zip(survived, offered) if o], alpha, accepted / drafted if drafted else 0.0
+
+
+def test_lab_survival_plot_per_drafter_equals_the_runs_metrics(monkeypatch):
+    """Each drafter run adds its measured survival curve (trained heads, mix, and sim whose numbers are
+    far from 0 on tiny) beside αⁱ; the curves' numbers are those of the decode runs' own metrics."""
+    import model_store
+
+    runs: dict[str, list[dict]] = {}
+    generate = model_store.generate
+
+    def spy(lm, prompt, config):
+        result = generate(lm, prompt, config)
+        if result is not None and config.mode == "spec":
+            runs.setdefault(config.drafter, []).append(result.metrics)
+        return result
+
+    monkeypatch.setattr(model_store, "generate", spy)
+    en = _strings("en")
+    at = open_page("lab", "en")
+    ok(at.selectbox(key="lab_category").set_value("copy").run())
+    ok(at.multiselect(key="lab_ks").set_value([2, 4]).run())
+    ok(at.slider(key="lab_max_new").set_value(16).run())
+    drafters = ("heads", "mix", "sim")
+    for drafter in drafters:
+        ok(at.selectbox(key="lab_drafter").set_value(drafter).run())
+        ok(button(at, "lab_run").click().run())
+        assert not at.error and not at.warning
+    assert set(runs) == set(drafters) and all(len(r) == 2 for r in runs.values())  # one prompt, k = 2 and 4
+
+    def curves():
+        chart = next(c for c in plotly_charts(at) if chart_key(c) == "lab_survival")
+        return json.loads(chart.proto.spec)["data"]
+
+    data = curves()
+    for drafter in drafters:
+        s, alpha, rate = _survival_from_metrics(runs[drafter])
+        label = en["drafter_" + drafter]
+        measured = [tr for tr in data if tr["name"].startswith(label)]
+        if not s:  # the drafter never drafted (mix may find plain steps best on tiny): named in a caption
+            assert not measured and label in texts(at)
+            continue
+        assert len(measured) == 1 and measured[0]["y"] == pytest.approx(s)
+        assert measured[0]["x"] == list(range(1, len(s) + 1))
+        iid = data[data.index(measured[0]) + 1]
+        assert iid["name"] == en["lab_iid_prefix"].format(alpha=f"{alpha:.2f}")
+        assert iid["y"] == pytest.approx([alpha ** i for i in range(1, len(s) + 1)])
+    sim = next(tr for tr in data if tr["name"].startswith(en["drafter_sim"]))
+    assert 0 < sim["y"][0] < 1  # hit rate 0.7: a real curve
+
+    ok(at.radio(key="lab_survival_alpha").set_value("rate").run())  # ᾱⁱ per run
+    s, alpha, rate = _survival_from_metrics(runs["sim"])
+    assert en["lab_iid_prefix"].format(alpha=f"{rate:.2f}") in [tr["name"] for tr in curves()] and rate < alpha
+    ok(at.radio(key="lab_survival_alpha").set_value("slider").run())  # one αⁱ of the theory's α
+    iid = [tr for tr in curves() if tr["name"].startswith("i.i.d.")]
+    assert len(iid) == 1 and iid[0]["y"][0] == pytest.approx(at.session_state["lab_hit"])  # sim at T = 0: α = hit rate
+
+    ok(button(at, "lab_run").click().run())  # the same drafter again: its curve is replaced, not added
+    assert len([tr for tr in curves() if tr["name"].startswith(en["drafter_sim"])]) == 1
+    ok(at.sidebar.radio(key="lang_widget").set_value("zh").run())
+    assert any(tr["name"].startswith(_strings("zh")["drafter_sim"]) for tr in curves())
+    ok(button(at, "lab_survival_clear").click().run())
+    assert not plotly_charts(at, "lab_survival")
+
+
+def test_lab_warns_when_a_trained_drafter_has_no_weights_yet(monkeypatch):
+    """A trained drafter whose weights are not shipped (yet) is left out of the cost model and named in a
+    warning; the lab page still works for every other drafter (it used to stop at the cost model)."""
+    import threading
+
+    import model_store
+    import specdec_core as sd
+
+    make = sd.drafters.make_drafter
+
+    def make_or_fail(name, lm, config):
+        if name == "draft":
+            raise sd.SpecDecError(f"no trained 'draft' drafter for {lm.name}: draft.safetensors is missing")
+        return make(name, lm, config)
+
+    monkeypatch.setattr(sd.drafters, "make_drafter", make_or_fail)
+    store = {"lock": threading.Lock()}  # a fresh server: the cost model is measured again, without `draft`
+    monkeypatch.setattr(model_store, "_cost_models", lambda: store)
+    at = open_page("lab", "en")
+    assert not at.error and "draft" not in store["tiny"].draft_step_s and "eagle" in store["tiny"].draft_step_s
+    ok(at.selectbox(key="lab_drafter").set_value("draft").run())
+    assert any("cannot run here" in w.value and "draft.safetensors is missing" in w.value for w in at.warning)
+    ok(button(at, "lab_run").click().run())
+    assert "lab_result" not in at.session_state and not at.error
+    ok(at.selectbox(key="lab_drafter").set_value("heads").run())
+    assert not at.warning
 
 
 def test_lab_falls_back_to_built_in_prompts_with_a_warning(monkeypatch, tmp_path):

@@ -64,6 +64,14 @@ if not steps:
 greedy = float(trace.config.get("temperature", 0.0)) == 0.0
 st.caption(t("insp_run_cfg", drafter=common.drafter_label(trace.drafter or "?"), k=trace.config.get("k"),
              temperature=trace.config.get("temperature"), model=trace.model, steps=len(steps)))
+sources = {}  # `mix`: which drafter proposed how many steps (None: a plain step, no drafts)
+for s in steps:
+    if s.draft_source:
+        sources[s.draft_source] = sources.get(s.draft_source, 0) + 1
+if sources:
+    plain = sum(not s.drafted for s in steps)
+    counts = ", ".join(f"{common.drafter_label(name)}: {n}" for name, n in sources.items())
+    st.caption(t("insp_mix_sources", sources=counts, plain=plain))
 
 # ------------------------------------------------------------------ step navigation
 key = ("insp", id(trace) if source == "live" else trace.prompt, len(steps))
@@ -101,7 +109,7 @@ spans += common.spec_step_spans(step, show_rejected=True)
 st.markdown(common.token_line(spans), unsafe_allow_html=True)
 
 if not step.drafted:
-    st.info(t("insp_no_draft"))
+    st.info(t("insp_no_draft_mix") if sources else t("insp_no_draft"))
 else:
     if step.draft_source and step.draft_source != trace.drafter:  # `mix` chose this step's drafter
         st.caption(t("insp_draft_source", source=common.drafter_label(step.draft_source)))
@@ -139,56 +147,59 @@ else:
                     unsafe_allow_html=True)
     st.caption(t("insp_rule_greedy") if greedy else t("insp_rule_sampling"))
 
-    # ------------------------------------------------------------------ sampling: p vs q, residual
-    if not greedy:
-        rejected = step.accepted if step.accepted < n else None
-        positions = list(range(1, n + 1))
-        default = (rejected + 1) if rejected is not None else n
-        pos = st.select_slider(t("insp_position"), positions, value=default, key=f"insp_pos_{ss.insp_step}")
-        i = pos - 1
-        p_top = step.p_top[i] if i < len(step.p_top) else []
-        q_top = step.q_top[i] if i < len(step.q_top) else []
-        drafted = step.drafted[i]
-        labels, p_vals, q_vals = [], [], []
-        seen = {}
-        for tok in [*p_top, *q_top, drafted]:
-            if tok.id not in seen:
-                seen[tok.id] = len(labels)
-                labels.append(visible(tok.piece))
-                p_vals.append(None)
-                q_vals.append(None)
-        for tok in p_top:
-            p_vals[seen[tok.id]] = tok.prob
-        for tok in q_top:
-            q_vals[seen[tok.id]] = tok.prob
-        if i < len(step.p_of_draft):
-            p_vals[seen[drafted.id]] = step.p_of_draft[i]
-        if not q_top:  # a deterministic drafter: q is one-hot on its token
-            q_vals[seen[drafted.id]] = drafted.prob
-        labels = [f"{lab} ({tid})" if labels.count(lab) > 1 else lab for lab, tid in zip(labels, seen)]
-        fig = go.Figure()
-        fig.add_bar(x=labels, y=p_vals, name=t("p_target"), marker_color="#0072B2")
-        fig.add_bar(x=labels, y=q_vals, name=t("q_draft"), marker_color="#E69F00", marker_pattern_shape="/")
-        fig.update_layout(barmode="group", height=320, margin=dict(t=40, b=10),
-                          title=t("insp_pq_title", pos=pos, token=visible(drafted.piece)),
-                          yaxis_title=t("probability"))
-        a, b = st.columns([2, 1])
-        a.plotly_chart(fig, width="stretch", key="insp_pq")
-        with b:
-            if i < len(step.accept_probs):
-                st.metric(t("insp_accept_prob"), f"{step.accept_probs[i]:.3f}")
-                st.caption(t("insp_accept_prob_note"))
-            else:
-                st.caption(t("insp_not_examined"))
-            if not q_top:
-                st.caption(t("insp_q_onehot"))
-        if rejected is not None and step.residual_top:
-            st.markdown(f"**{t('insp_residual_h', pos=rejected + 1)}**")
-            res = go.Figure()
-            res.add_bar(x=[visible(tok.piece) for tok in step.residual_top], y=[tok.prob for tok in step.residual_top],
-                        marker_color="#009E73", name="norm(max(0, p−q))")
-            res.update_layout(height=280, margin=dict(t=10, b=10), yaxis_title=t("probability"))
-            st.plotly_chart(res, width="stretch", key="insp_residual")
-            st.caption(t("insp_residual_note", token=visible(step.extra.piece) if step.extra else "?"))
+    # ------------------------------------------------------------------ p vs q at every drafting step; sampling: residual
+    rejected = step.accepted if step.accepted < n else None
+    positions = list(range(1, n + 1))
+    default = (rejected + 1) if rejected is not None else n
+    pos = st.select_slider(t("insp_position"), positions, value=default, key=f"insp_pos_{ss.insp_step}") \
+        if n > 1 else 1
+    i = pos - 1
+    p_top = step.p_top[i] if i < len(step.p_top) else []
+    q_top = step.q_top[i] if i < len(step.q_top) else []
+    drafted = step.drafted[i]
+    labels, p_vals, q_vals = [], [], []
+    seen = {}
+    for tok in [*p_top, *q_top, drafted]:
+        if tok.id not in seen:
+            seen[tok.id] = len(labels)
+            labels.append(visible(tok.piece))
+            p_vals.append(None)
+            q_vals.append(None)
+    for tok in p_top:
+        p_vals[seen[tok.id]] = tok.prob
+    for tok in q_top:
+        q_vals[seen[tok.id]] = tok.prob
+    if i < len(step.p_of_draft):
+        p_vals[seen[drafted.id]] = step.p_of_draft[i]
+    if not q_top:  # a deterministic drafter: q is one-hot on its token
+        q_vals[seen[drafted.id]] = drafted.prob
+    labels = [f"{lab} ({tid})" if labels.count(lab) > 1 else lab for lab, tid in zip(labels, seen)]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=p_vals, name=t("p_target"), marker_color="#0072B2")
+    fig.add_bar(x=labels, y=q_vals, name=t("q_draft"), marker_color="#E69F00", marker_pattern_shape="/")
+    fig.update_layout(barmode="group", height=320, margin=dict(t=40, b=10),
+                      title=t("insp_pq_title", pos=pos, token=visible(drafted.piece)),
+                      yaxis_title=t("probability"))
+    a, b = st.columns([2, 1])
+    a.plotly_chart(fig, width="stretch", key="insp_pq")
+    with b:
+        if greedy:
+            examined = i <= step.accepted
+            st.caption(t("insp_pq_greedy") if examined else t("insp_not_examined"))
+        elif i < len(step.accept_probs):
+            st.metric(t("insp_accept_prob"), f"{step.accept_probs[i]:.3f}")
+            st.caption(t("insp_accept_prob_note"))
+        else:
+            st.caption(t("insp_not_examined"))
+        if not q_top:
+            st.caption(t("insp_q_onehot"))
+    if not greedy and rejected is not None and step.residual_top:
+        st.markdown(f"**{t('insp_residual_h', pos=rejected + 1)}**")
+        res = go.Figure()
+        res.add_bar(x=[visible(tok.piece) for tok in step.residual_top], y=[tok.prob for tok in step.residual_top],
+                    marker_color="#009E73", name="norm(max(0, p−q))")
+        res.update_layout(height=280, margin=dict(t=10, b=10), yaxis_title=t("probability"))
+        st.plotly_chart(res, width="stretch", key="insp_residual")
+        st.caption(t("insp_residual_note", token=visible(step.extra.piece) if step.extra else "?"))
 
 common.show_legend()

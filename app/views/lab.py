@@ -6,11 +6,15 @@ import streamlit as st
 
 import common
 import model_store
+import survival
 from common import t
 
 import specdec_core as sd
 
 K_MAX = 16
+# One colour per survival curve (Okabe–Ito; a single i.i.d. curve is black): the most curves kept at once.
+SURVIVAL_COLOURS = ("#D55E00", "#009E73", "#CC79A7", "#0072B2", "#E69F00", "#56B4E9")
+ALPHA_SOURCES = ("fit", "rate", "slider")
 ss = st.session_state
 
 st.title(t("lab_title"))
@@ -54,6 +58,10 @@ cm = model_store.cost_model(lm)
 if cm is None:
     st.stop()
 c_ratio = cm.c(drafter)
+problem = model_store.drafter_problem(lm, sd.drafters.MIX_MODEL if drafter == "mix" else drafter)
+if problem:  # a trained drafter whose weights are not there yet
+    st.warning(t("drafter_unavailable", drafter=common.drafter_label(drafter), cause=problem))
+    run = False
 
 
 def verify_ratio(k: int) -> float:
@@ -66,7 +74,7 @@ if run:
     total = len(chosen) * (len(ks) + 1)
     bar = st.progress(0.0, text=t("lab_running", done=0, total=total))
     per_k = {k: {"tokens": 0.0, "forwards": 0, "accepted": 0, "drafted": 0, "spec_s": 0.0, "ar_s": 0.0,
-                 "per_pos": [], "hist": [0] * (k + 1), "drafts": 0} for k in sorted(ks)}
+                 "survival": survival.Survival(), "hist": [0] * (k + 1), "drafts": 0} for k in sorted(ks)}
     done, failed = 0, False
     for prompt in chosen:
         ar = model_store.generate(lm, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=max_new, temperature=temperature))
@@ -93,7 +101,7 @@ if run:
             agg["drafts"] += m["num_drafts"]
             agg["spec_s"] += m["wall_s"]
             agg["ar_s"] += ar.metrics["wall_s"]
-            agg["per_pos"].append(m["accepted_per_pos"])
+            agg["survival"] += survival.Survival.from_metrics(m)  # pooled counts, not per-prompt ratios
             agg["hist"] = [a + b for a, b in zip(agg["hist"], m["accepted_length_hist"])]
         if failed:
             break
@@ -101,18 +109,23 @@ if run:
     if not failed:
         ss.lab_result = {"drafter": drafter, "temperature": temperature, "hit_rate": hit_rate, "category": category,
                          "prompts": len(chosen), "max_new": max_new, "per_k": per_k}
+        # One survival curve per drafter (and category, temperature, hit rate) run in this session.
+        run_key = (drafter, category, temperature, hit_rate if drafter == "sim" else None)
+        curves = ss.setdefault("lab_survival", {})
+        curves.pop(run_key, None)  # a re-run replaces its curve and moves it to the end
+        curves[run_key] = sum((agg["survival"] for agg in per_k.values()), survival.Survival())
+        while len(curves) > len(SURVIVAL_COLOURS):
+            curves.pop(next(iter(curves)))
 
 result = ss.get("lab_result")
 measured = {}
 if result:
     for k, agg in result["per_k"].items():
-        rows = agg["per_pos"]
         measured[k] = {
             "tau": agg["tokens"] / agg["forwards"] if agg["forwards"] else 0.0,
             "alpha": agg["accepted"] / agg["drafted"] if agg["drafted"] else 0.0,
             "speedup": agg["ar_s"] / agg["spec_s"] if agg["spec_s"] else 0.0,
-            "per_pos": [sum(r[i] for r in rows) / len(rows) for i in range(k)] if rows else [],
-            "hist": agg["hist"], "drafts": agg["drafts"],
+            "alpha_fit": agg.get("survival", survival.Survival()).alpha, "hist": agg["hist"], "drafts": agg["drafts"],
         }
     pooled_drafted = sum(a["drafted"] for a in result["per_k"].values())
     pooled_alpha = sum(a["accepted"] for a in result["per_k"].values()) / pooled_drafted if pooled_drafted else 0.0
@@ -174,30 +187,65 @@ fig.update_layout(title=t("lab_speedup_title", alpha=f"{alpha:.2f}", c=f"{c_rati
                   yaxis_title=t("speedup"), height=380, margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.2))
 right.plotly_chart(fig, width="stretch", key="lab_speedup")
 
-# ------------------------------------------------------------------ per position and histogram, one k
+# ------------------------------------------------------------------ survival per position, every drafter run
+curves = ss.get("lab_survival") or {}
+if curves:
+    st.subheader(t("lab_survival_h"))
+    c = st.columns([4, 1])
+    alpha_source = c[0].radio(t("lab_survival_alpha"), ALPHA_SOURCES, horizontal=True, key="lab_survival_alpha",
+                              format_func=common.labels(ALPHA_SOURCES, lambda a: t(f"lab_survival_alpha_{a}",
+                                                                                   alpha=f"{alpha:.2f}")))
+
+    def _clear_curves():
+        ss.lab_survival = {}
+
+    c[1].button(t("lab_survival_clear"), on_click=_clear_curves, key="lab_survival_clear")
+    fig = go.Figure()
+    longest, idle = [], []
+    for (run_key, sv), colour in zip(curves.items(), SURVIVAL_COLOURS):
+        name, cat, temp, hit = run_key
+        label = t("lab_survival_run", drafter=common.drafter_label(name), category=cat, temperature=temp)
+        label += t("lab_survival_run_hit", hit=hit) if hit is not None else ""
+        pos = sv.positions
+        if not pos:  # the drafter never proposed anything (every step was a plain one)
+            idle.append(label)
+            continue
+        longest = max(longest, pos, key=len)
+        fig.add_scatter(x=pos, y=sv.s, mode="lines+markers", name=t("lab_survival_measured", run=label),
+                        customdata=[sv.offered[i - 1] for i in pos], line=dict(color=colour, width=3),
+                        marker=dict(size=9), legendgroup=label,
+                        hovertemplate="i=%{x}<br>s_i=%{y:.3f}<br>" + t("lab_survival_offered", n="%{customdata}")
+                        + "<extra></extra>")
+        if alpha_source != "slider":
+            a = sv.alpha if alpha_source == "fit" else sv.acceptance_rate
+            fig.add_scatter(x=pos, y=[sd.theory.prob_all_accepted(a, i) for i in pos], mode="lines",
+                            name=t("lab_iid_prefix", alpha=f"{a:.2f}"), legendgroup=label,
+                            line=dict(color=colour, dash="dash"))
+    if alpha_source == "slider" and longest:
+        fig.add_scatter(x=longest, y=[sd.theory.prob_all_accepted(alpha, i) for i in longest], mode="lines",
+                        name=t("lab_iid_prefix", alpha=f"{alpha:.2f}"), line=dict(color="black", dash="dash", width=2))
+    fig.update_layout(title=t("lab_survival_title"), xaxis_title=t("lab_draft_position"),
+                      yaxis_title=t("lab_accept_rate"), yaxis_range=[0, 1.05], xaxis=dict(dtick=1), height=420,
+                      margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.2))
+    st.plotly_chart(fig, width="stretch", key="lab_survival")
+    if idle:
+        st.caption(t("lab_survival_no_steps", runs="; ".join(idle)))
+    st.caption(t("lab_survival_note"))
+
+# ------------------------------------------------------------------ accepted-length histogram, one k
 if measured:
     k_detail = st.select_slider(t("lab_k_detail"), list(measured), value=max(measured), key="lab_k_detail")
     v = measured[k_detail]
-    a_meas = v["alpha"]
-    left, right = st.columns(2)
-    fig = go.Figure()
-    pos = list(range(1, k_detail + 1))
-    fig.add_bar(x=pos, y=v["per_pos"], name=t("lab_measured"), marker_color="#009E73")
-    fig.add_scatter(x=pos, y=[sd.theory.prob_all_accepted(a_meas, i) for i in pos], mode="lines+markers",
-                    name=t("lab_iid_prefix", alpha=f"{a_meas:.2f}"), line=dict(color="#0072B2", dash="dash"))
-    fig.update_layout(title=t("lab_per_pos_title", k=k_detail), xaxis_title=t("lab_draft_position"),
-                      yaxis_title=t("lab_accept_rate"), yaxis_range=[0, 1.05], height=360, margin=dict(t=50, b=10),
-                      legend=dict(orientation="h", y=-0.25))
-    left.plotly_chart(fig, width="stretch", key="lab_per_pos")
+    a_fit = v["alpha_fit"]
     fig = go.Figure()
     lengths = list(range(k_detail + 1))
     fig.add_bar(x=lengths, y=v["hist"], name=t("lab_measured"), marker_color="#56B4E9")
-    fig.add_scatter(x=lengths, y=[v["drafts"] * p for p in sd.theory.accepted_length_pmf(a_meas, k_detail)],
-                    mode="lines+markers", name=t("lab_iid_hist", alpha=f"{a_meas:.2f}"),
+    fig.add_scatter(x=lengths, y=[v["drafts"] * p for p in sd.theory.accepted_length_pmf(a_fit, k_detail)],
+                    mode="lines+markers", name=t("lab_iid_hist", alpha=f"{a_fit:.2f}"),
                     line=dict(color="#0072B2", dash="dash"))
     fig.update_layout(title=t("lab_hist_title", k=k_detail), xaxis_title=t("lab_accepted_length"),
                       yaxis_title=t("lab_steps"), height=360, margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.25))
-    right.plotly_chart(fig, width="stretch", key="lab_hist")
+    st.plotly_chart(fig, width="stretch", key="lab_hist")
     st.caption(t("lab_per_pos_note"))
 
 # ------------------------------------------------------------------ α–k heatmap of theoretical speedup
