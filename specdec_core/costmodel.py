@@ -134,6 +134,7 @@ def measure_bandwidth_gb_s(device: torch.device, megabytes: int = 256, repeats: 
 
 
 _VERIFY_RATIOS: dict[tuple, dict[int, float]] = {}
+_ONE_TOKEN_S: dict[tuple, float] = {}  # the 1-token forward those ratios are relative to
 _VERIFY_RATIOS_LOCK = threading.Lock()  # app sessions share a process: measure once, not once per session
 
 
@@ -144,7 +145,7 @@ def verify_ratios(lm: LoadedModel, k_max: int = 16) -> dict[int, float]:
     key = _ratios_key(lm)
     with _VERIFY_RATIOS_LOCK:
         if key not in _VERIFY_RATIOS:
-            _VERIFY_RATIOS[key] = _measure_verify_ratios(lm)
+            _VERIFY_RATIOS[key], _ONE_TOKEN_S[key] = _measure_verify_ratios(lm)
     return {d: r for d, r in _VERIFY_RATIOS[key].items() if d <= k_max}
 
 
@@ -158,13 +159,13 @@ _DRAFT_COSTS: dict[tuple, float] = {}
 
 def draft_cost(lm: LoadedModel, drafter_name: str) -> float:
     """c = one draft step of `drafter_name` over one 1-token target forward on this machine, measured
-    once per process, model and drafter (~1 s), for the drafters that weigh proposals against each other."""
+    once per process, model and drafter (~1 s), for the drafters that weigh proposals against each other.
+    The 1-token forward is the one `verify_ratios` measured, so c and the ratios share one yardstick."""
+    verify_ratios(lm)
     key = (*_ratios_key(lm), drafter_name)
     with _VERIFY_RATIOS_LOCK:
         if key not in _DRAFT_COSTS:
-            one = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
-                            forward_s=measure_forward_times(lm, (1,), repeats=3)).seconds(1)
-            _DRAFT_COSTS[key] = measure_draft_step(lm, drafter_name) / one
+            _DRAFT_COSTS[key] = measure_draft_step(lm, drafter_name) / _ONE_TOKEN_S[_ratios_key(lm)]
     return _DRAFT_COSTS[key]
 
 
@@ -172,7 +173,7 @@ def _ratios_key(lm: LoadedModel) -> tuple:
     return (lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads())
 
 
-def _measure_verify_ratios(lm: LoadedModel) -> dict[int, float]:
+def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], float]:
     sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17)
     cm = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
                    forward_s=measure_forward_times(lm, sizes, repeats=3))
@@ -180,7 +181,7 @@ def _measure_verify_ratios(lm: LoadedModel) -> dict[int, float]:
     for d in range(0, 17):
         floor = max(floor, cm.verify_ratio(d))
         ratios[d] = floor
-    return ratios
+    return ratios, cm.seconds(1)
 
 
 def measure_cost_model(lm: LoadedModel, tokens=(1, 2, 3, 4, 6, 8, 12, 16), batch_sizes=(1,), repeats: int = 5,

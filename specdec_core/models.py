@@ -85,12 +85,10 @@ def gguf_path() -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file (model conversions, data shards and drafter weights are all checked by it)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _manifest_ok(folder: Path) -> bool:
@@ -101,7 +99,7 @@ def _manifest_ok(folder: Path) -> bool:
             return False
         for name, meta in manifest["files"].items():
             path = folder / name
-            if path.stat().st_size != meta["size"] or _sha256(path) != meta["sha256"]:
+            if path.stat().st_size != meta["size"] or sha256_file(path) != meta["sha256"]:
                 return False
         return True
     except (OSError, ValueError, KeyError, TypeError):
@@ -122,7 +120,7 @@ def _convert(target: Path) -> None:
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        files = {p.name: {"size": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
+        files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
         (tmp / "manifest.json").write_text(json.dumps({"format": CACHE_FORMAT, "source": GGUF_FILE, "files": files}, indent=1))
         if target.exists():
             shutil.rmtree(target)

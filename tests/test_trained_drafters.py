@@ -42,16 +42,21 @@ def test_reduced_vocab_q_reproduces_p_exactly():
     assert torch.allclose(output_distribution(P_MASS_OUTSIDE, q), P_MASS_OUTSIDE, atol=1e-12)
 
 
-def test_exact_check_fails_when_verification_is_restricted_to_the_subset(monkeypatch):
-    """The tempting bug: verify over the drafter's subset only (p renormalised there). Tokens outside
-    lose their mass, and the exact check catches it."""
-    q = reduced_q(torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0, 0.0]), [0, 2, 4]).double()
+def restrict_verification_to_the_subset(monkeypatch) -> None:
+    """The broken rule: the residual keeps only tokens the drafter could propose (q > 0)."""
     right = sampling.residual_distribution
 
     def subset_residual(p, q, x):
         r = right(p, q, x) * (q > 0)
         return r / r.sum() if r.sum() > 0 else q
     monkeypatch.setattr(sampling, "residual_distribution", subset_residual)
+
+
+def test_exact_check_fails_when_verification_is_restricted_to_the_subset(monkeypatch):
+    """The tempting bug: verify over the drafter's subset only (p renormalised there). Tokens outside
+    lose their mass, and the exact check catches it."""
+    q = reduced_q(torch.tensor([2.0, 1.0, 0.5, -1.0, 3.0, 0.0]), [0, 2, 4]).double()
+    restrict_verification_to_the_subset(monkeypatch)
     assert not torch.allclose(output_distribution(P_MASS_OUTSIDE, q), P_MASS_OUTSIDE, atol=1e-3)
 
 
@@ -82,12 +87,7 @@ def test_reduced_vocab_sampling_matches_ar_statistically(tiny, monkeypatch):
 
 
 def test_statistical_check_catches_subset_restricted_verification(tiny, monkeypatch):
-    right = sampling.residual_distribution
-
-    def subset_residual(p, q, x):
-        r = right(p, q, x) * (q > 0)
-        return r / r.sum() if r.sum() > 0 else q
-    monkeypatch.setattr(sampling, "residual_distribution", subset_residual)
+    restrict_verification_to_the_subset(monkeypatch)
     counts, exact = first_spec_tokens(tiny, STAT_TRIALS, drafter_from_exact=lambda e: SubsetDrafter(subset_q(e)))
     assert sampling.chi2_rejects(counts, exact, STAT_TRIALS)
 

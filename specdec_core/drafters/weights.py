@@ -10,7 +10,6 @@ every drafter runs in tests and smoke runs without anything shipped.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..errors import SpecDecError
+from ..models import sha256_file
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
 
@@ -37,11 +37,6 @@ def _manifest(folder: Path) -> dict:
         raise SpecDecError(f"{path} is not valid JSON ({err})")
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def entry(model: str, kind: str, root: Path | None = None) -> dict:
     """The manifest entry of a shipped file (its sha256, bytes, config, card), or a one-line error."""
     path = weights_path(model, kind, root)
@@ -57,7 +52,7 @@ def load_state(model: str, kind: str, expected: dict[str, tuple[int, ...]], root
     shape against `expected` (the module's own state_dict shapes)."""
     path = weights_path(model, kind, root)
     meta = entry(model, kind, root)
-    if _sha256(path) != meta["sha256"]:
+    if sha256_file(path) != meta["sha256"]:
         raise SpecDecError(f"{path} does not match its SHA-256 in {path.parent / 'manifest.json'}: the file was changed "
                            f"or truncated; restore it (git checkout) or retrain")
     tensors = load_file(path)
@@ -81,7 +76,7 @@ def save_state(model: str, kind: str, tensors: dict[str, torch.Tensor], config: 
     save_file({name: t.contiguous() for name, t in tensors.items()}, partial)
     os.replace(partial, path)
     manifest = _manifest(path.parent)
-    manifest["files"][path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size, "config": config, "card": card}
+    manifest["files"][path.name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size, "config": config, "card": card}
     manifest["files"] = dict(sorted(manifest["files"].items()))
     (path.parent / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return path

@@ -51,13 +51,16 @@ class Batch:
                      self.starts.to(device))
 
 
-def load_split(folder: Path, split: str, layers: tuple[int, ...], limit: int | None = None) -> list[Sequence]:
-    """The sequences of a data run's split ("train" or "heldout"), keeping only `layers`."""
-    manifest_path = folder / "manifest.json"
+def read_manifest(folder: Path) -> dict:
+    """A data run's manifest, or a one-line error naming the folder."""
     try:
-        manifest = json.loads(manifest_path.read_text())
+        return json.loads((folder / "manifest.json").read_text())
     except (OSError, ValueError) as err:
         raise SpecDecError(f"no data run at {folder} ({err}); make one with: python -m specdec_core make-data")
+
+
+def load_split(folder: Path, manifest: dict, split: str, layers: tuple[int, ...], limit: int | None = None) -> list[Sequence]:
+    """The sequences of a data run's split ("train" or "heldout"), keeping only `layers`."""
     missing = [layer for layer in layers if layer not in manifest["capture_layers"]]
     if missing:
         raise SpecDecError(f"{folder} lacks hidden layers {missing} (it has {manifest['capture_layers']})")

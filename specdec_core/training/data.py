@@ -44,7 +44,7 @@ from safetensors.torch import load_file, save_file
 from ..decode import GenerationConfig
 from ..errors import SpecDecError
 from ..llama import depth_layer
-from ..models import LoadedModel, cache_dir
+from ..models import LoadedModel, cache_dir, sha256_file
 from ..serving import ServingEngine, make_scheduler
 from ..serving.engine import Request
 from ..target import Target
@@ -208,11 +208,6 @@ def shard_tensors(samples: Sequence[Sample], layers: tuple[int, ...]) -> dict[st
     for layer in layers:
         tensors[f"hidden.{layer}"] = torch.cat([s.hidden[layer] for s in samples]).contiguous()
     return tensors
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def make_shard(lm: LoadedModel, plan: ShardPlan, config: DataConfig, folder: Path, bar=None) -> dict:

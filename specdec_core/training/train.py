@@ -25,7 +25,7 @@ from ..drafters import ReducedVocab
 from ..drafters.weights import WEIGHTS_DIR, save_state, seeded_vocab
 from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
-from .batches import Sequence, batch_at, load_split, make_batch
+from .batches import Sequence, batch_at, load_split, make_batch, read_manifest
 from .kinds import KINDS, layers_needed
 from .objectives import acceptance, distillation_loss, survival_summary, walked_tau
 from .vocab import choose_vocab
@@ -242,10 +242,11 @@ def weights_root(lm: LoadedModel, run: TrainRun) -> Path | None:
 
 def load_data(lm: LoadedModel, folder: Path, kind: str, limit: int | None = None) -> tuple[list[Sequence], list[Sequence], dict]:
     layers = layers_needed(kind, lm)
-    manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").exists() else {}
-    if manifest and manifest.get("model", {}).get("name") != lm.name:
-        raise SpecDecError(f"{folder} holds data of {manifest['model']['name']}, not {lm.name}")
-    return load_split(folder, "train", layers, limit), load_split(folder, "heldout", layers, limit), manifest
+    manifest = read_manifest(folder)
+    if manifest.get("model", {}).get("name") != lm.name:
+        raise SpecDecError(f"{folder} holds data of {manifest.get('model', {}).get('name')}, not {lm.name}")
+    return (load_split(folder, manifest, "train", layers, limit), load_split(folder, manifest, "heldout", layers, limit),
+            manifest)
 
 
 __all__ = ["KINDS", "TrainConfig", "layers_needed", "TrainRun", "WEIGHTS_DIR", "evaluate", "export", "load_data", "open_training",
