@@ -47,27 +47,29 @@ app: setup
 	$(PY) -m specdec_core prepare
 	$(PY) -m streamlit run app/streamlit_app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true
 
-# The trained drafters (issue 12) from scratch, as shipped: the data (~40 min on a quiet 2-core CPU),
-# then heads (~15 min) and eagle (~30 min). Every step resumes where it stopped (rerun the target);
+# The trained drafters (issue 12) from scratch, as shipped: the data (~25 min on a quiet 2-core CPU,
+# ~50 min on one core), then heads (~15 min), eagle (~30 min) and draft. Every step resumes where it stopped (rerun the target);
 # weights, manifest and model cards land in specdec_core/weights/. GPU: scripts/gpu_train.sh.
 drafters: setup
 	$(PY) -m specdec_core prepare
 	$(PY) -m specdec_core make-data --prompts 2048 --resume
 	$(PY) -m specdec_core train-draft --kind heads --steps 800 --resume
 	$(PY) -m specdec_core train-draft --kind eagle --steps 800 --lr 5e-4 --resume
+	$(PY) -m specdec_core train-draft --kind draft --steps 1000 --lr 5e-4 --resume
 
-# The default benchmark (<= 20 min on a 2-core CPU): suite x {ar, spec:ngram, hf:ar, hf:pld} at k = 4,
-# ar vs spec:ngram at the best k of the sweep (16, BENCHMARKS.md section 2), then the cost model and
-# the report. `make bench-full` adds every drafter, hf:assisted and the sweeps.
+# The default benchmark (~35 min on a 2-core CPU): suite x {ar, spec with n-gram, the trained drafters
+# and mix, hf:ar, hf:pld, hf:assisted with our draft LM} at k = 4, ar vs spec:ngram at the best k of
+# the sweep (16, BENCHMARKS.md section 2), then the cost model and the report. `make bench-full` adds
+# early-exit, hf:assisted-default and the sweeps.
 BENCH := $(PY) -m specdec_core
 bench: setup
-	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,spec:heads,spec:eagle,spec:mix,hf:ar,hf:pld --k 4 --out benchmarks/results-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,spec:draft,spec:heads,spec:eagle,spec:mix,hf:ar,hf:pld,hf:assisted --k 4 --out benchmarks/results-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram --k 16 --out benchmarks/results-best-k-cpu.json
 	$(BENCH) profile --out benchmarks/cost-cpu.json
 	$(BENCH) report benchmarks/results-cpu.json benchmarks/results-best-k-cpu.json --cost benchmarks/cost-cpu.json --out benchmarks/report-cpu.html
 
 bench-full: setup
-	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,spec:ngram-fixed,spec:early-exit,spec:heads,spec:eagle,spec:mix,hf:ar,hf:pld,hf:assisted --k 4 --out benchmarks/results-suite-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,spec:ngram-fixed,spec:early-exit,spec:draft,spec:heads,spec:eagle,spec:mix,hf:ar,hf:pld,hf:assisted,hf:assisted-default --k 4 --out benchmarks/results-suite-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram,hf:ar,hf:pld --k 8,16 --out benchmarks/results-suite-k8-16-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:ngram-fixed,spec:sim --k 1,2,4,8,16 --out benchmarks/sweep-k-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:sim --k 4 --temperature 0,0.7,1.0 --seed 0 --out benchmarks/sweep-temperature-cpu.json
