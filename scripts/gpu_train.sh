@@ -2,8 +2,8 @@
 # The drafter-training pipeline as one prepared run for the H200 machine the device tool lends (never
 # CI, never tests): the same commands as on the CPU, with more data and more steps.
 #   1. make-data: every training prompt (5,899), 128 new tokens, 64 requests in flight, on the GPU;
-#   2. train-draft --kind heads, then --kind eagle, on the GPU (bigger batches, more steps);
-#   3. eval-draft for both, and the weights + model cards, copied to $OUT for review here
+#   2. train-draft --kind heads, eagle, then draft, on the GPU (bigger batches, more steps);
+#   3. eval-draft for each, and the weights + model cards, copied to $OUT for review here
 #      (commit them only if they beat the shipped ones: see each model card's offline tau).
 # Wheels travel as for gpu_bench.sh (scripts/gpu_pack.sh). Budget: <= 8 minutes on the H200.
 # Rehearse on a CPU with SPECDEC_GPU_DEVICE=cpu SPECDEC_TRAIN_PROMPTS=32 SPECDEC_TRAIN_STEPS=20.
@@ -22,8 +22,8 @@ timeout 90 $B prepare
 # fp32 target: the hidden states are stored in fp16 either way, and the shipped drafters run on fp32 CPUs
 timeout 200 $B make-data --prompts "$PROMPTS" --concurrency 64 --device "$DEVICE" --dtype float32 --resume \
     | tee "$OUT/make-data.txt"
-for kind in heads eagle; do
-    timeout 100 $B train-draft --kind "$kind" --steps "$STEPS" --batch-size 32 --device "$DEVICE" --resume \
+for kind in heads eagle draft; do
+    timeout 80 $B train-draft --kind "$kind" --steps "$STEPS" --batch-size 32 --device "$DEVICE" --resume \
         | tee "$OUT/train-$kind.txt" || echo "train-draft $kind did not finish (resume it with the same command)"
     timeout 30 $B eval-draft --kind "$kind" --json > "$OUT/eval-$kind.json" || echo "eval-draft $kind did not finish"
 done
