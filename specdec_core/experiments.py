@@ -16,6 +16,7 @@ import transformers
 
 from .errors import SpecDecError
 from .decode import GenerationConfig, generate
+from .drafters.weights import shipped
 from .metrics import positional_matches
 from .models import LoadedModel, cache_dir, load_model
 
@@ -58,6 +59,7 @@ class Experiment:
     title: dict[str, str]  # {"zh": ..., "en": ...}
     unit: str
     run: Callable[[LoadedModel], tuple[float, dict]]
+    weights: bool = False  # reads the shipped drafter weights: their checksums join the cache fingerprint
 
 
 def _tau(lm: LoadedModel, prompts, **config) -> tuple[float, dict]:
@@ -255,6 +257,109 @@ def _batching_gain(lm: LoadedModel, concurrency: int = 8, rounds: int = 2, new_t
         "scheme": "ar", "concurrency": concurrency, "rounds": rounds, "max_new_tokens": new_tokens}
 
 
+# --- trained drafters (lesson 13): every drafter whose weights ship, so a newly shipped one joins in ---
+
+
+def shipped_drafters(model: str) -> tuple[str, ...]:
+    """The trained drafters whose weights ship for `model` (entries of its weights manifest), in TRAINED order."""
+    from .drafters import TRAINED
+
+    return tuple(kind for kind in TRAINED if kind in shipped(model))
+
+
+def heldout_template_prompts(n: int) -> tuple[str, ...]:
+    """The first n training-template prompts held out of every data run (`make-data` never trains on them)."""
+    from .training.data import is_heldout
+    from .training.prompts import training_prompts
+
+    return tuple(p.text for p in training_prompts(0) if is_heldout(p, 0.05))[:n]
+
+
+OFFLINE_GROUPS = {"template": lambda: heldout_template_prompts(6),  # short answers: six give about as many anchors
+                  "suite": lambda: (*suite_prompts("chat", 2), *suite_prompts("qa", 1), *suite_prompts("story", 1))}
+
+
+def _offline_survival(lm: LoadedModel, k: int = 4, new_tokens: int = 48) -> tuple[float, dict]:
+    """`eval-draft`'s measure on two kinds of text: teacher-forced per-position survival s_i of every shipped
+    trained drafter along the target's own greedy answers (48 tokens) to 6 held-out prompts of the
+    training templates and to 4 chat, qa and story prompts of the suite. No timing: the same numbers on
+    every run of the same machine. Value: eagle's s_1 on the suite prompts."""
+    from .drafters import ReducedVocab
+    from .drafters.weights import drafter_module
+    from .target import Target
+    from .training.batches import Sequence
+    from .training.data import capture
+    from .training.kinds import KINDS, layers_needed
+    from .training.train import evaluate
+
+    kinds = shipped_drafters(lm.name)
+    if not kinds:
+        raise SpecDecError(f"no trained drafter ships for {lm.name}: train one with python -m specdec_core train-draft")
+    layers = tuple(sorted({layer for kind in kinds for layer in layers_needed(kind, lm)}))
+    target = Target(lm)
+    details: dict = {"k": k, "new_tokens": new_tokens, "drafters": list(kinds)}
+    for group, prompts in OFFLINE_GROUPS.items():
+        sequences = []
+        for prompt in prompts():
+            result = generate(lm, prompt, GenerationConfig(mode="ar", max_new_tokens=new_tokens))
+            ids, prompt_len = result.trace.prompt_ids + result.token_ids, len(result.trace.prompt_ids)
+            hidden = capture(target, ids, prompt_len, layers)  # the target's states, as make-data stores them
+            sequences.append(Sequence(torch.tensor(ids[prompt_len:] + [0]), prompt_len - 1, torch.tensor(ids), hidden, True))
+        details[f"{group}_prompts"] = len(sequences)
+        for kind in kinds:
+            module = drafter_module(lm, kind, KINDS[kind].cls)
+            r = evaluate(lm, kind, module, ReducedVocab(module.vocab_ids, lm.model.lm_head.weight), sequences, k=k)["all"]
+            details.setdefault(kind, {})[group] = {
+                "anchors": r["anchors"], "survival": r["survival"], "conditional": r["conditional"],
+                "tau": [r["tau"][i] for i in range(1, len(r["survival"]) + 1)],  # lists: the cache is JSON
+                "tau_walked": [r["tau_walked"][i] for i in range(1, len(r["survival"]) + 1)]}
+    main = "eagle" if "eagle" in kinds else kinds[0]
+    return details[main]["suite"]["survival"][0], {**details, "value_of": main}
+
+
+def _drafters_in_the_loop(lm: LoadedModel, k: int = 4, new_tokens: int = 48) -> tuple[float, dict]:
+    """The untrained early exit and every shipped trained drafter in the decode loop (greedy, k = 4, 48 new
+    tokens, the two chat prompts): tau, acceptance, and where the time goes. Per prompt AR runs before and
+    after the drafters (their mean is the baseline, so a slow drift of the machine hits both sides). c =
+    drafting seconds per drafted token and r = seconds per verify forward, both over AR's seconds per
+    token on the same prompt. One run each: the times are noisy, the counts are not. Value: eagle's tau."""
+    drafters = ("early-exit", *shipped_drafters(lm.name))
+    pooled = {name: {"ar_s": 0.0, "tokens": 0.0, "forwards": 0, "drafted": 0, "accepted": 0, "draft_s": 0.0,
+                     "verify_s": 0.0, "decode_s": 0.0, "identical": True, "bytes": 0} for name in drafters}
+    ar_seconds = ar_tokens = 0.0
+    for prompt in CHAT_PROMPTS:
+        before = generate(lm, prompt, GenerationConfig(mode="ar", max_new_tokens=new_tokens))
+        specs = {name: generate(lm, prompt, GenerationConfig(mode="spec", drafter=name, k=k, max_new_tokens=new_tokens))
+                 for name in drafters}
+        after = generate(lm, prompt, GenerationConfig(mode="ar", max_new_tokens=new_tokens))
+        ar_token_s = (before.metrics["decode_s"] + after.metrics["decode_s"]) / (2 * (before.metrics["new_tokens"] - 1))
+        ar_seconds += before.metrics["decode_s"] + after.metrics["decode_s"]
+        ar_tokens += 2 * (before.metrics["new_tokens"] - 1)
+        for name, spec in specs.items():
+            m, row = spec.metrics, pooled[name]
+            tokens = m["mean_acceptance_length"] * m["target_forwards"]
+            row["ar_s"] += ar_token_s * tokens  # what AR would have spent on this run's tokens
+            row["tokens"] += tokens
+            for key, metric in (("forwards", "target_forwards"), ("drafted", "num_draft_tokens"),
+                                ("accepted", "num_accepted_tokens"), ("draft_s", "draft_s"), ("verify_s", "verify_s"),
+                                ("decode_s", "decode_s")):
+                row[key] += m[metric]
+            row["identical"] &= spec.token_ids == before.token_ids
+            row["bytes"] = m["drafter_bytes"]
+    rows = {}
+    for name, row in pooled.items():
+        unit = row["ar_s"] / row["tokens"]  # AR's seconds per token, weighted like this drafter's tokens
+        rows[name] = {"tau": row["tokens"] / row["forwards"],
+                      "acceptance_rate": row["accepted"] / row["drafted"] if row["drafted"] else 0.0,
+                      "c": row["draft_s"] / row["drafted"] / unit if row["drafted"] else 0.0,
+                      "r": row["verify_s"] / row["forwards"] / unit, "speedup": row["ar_s"] / row["decode_s"],
+                      "identical_to_ar": row["identical"], "forwards": row["forwards"], "drafted": row["drafted"],
+                      "drafter_bytes": row["bytes"]}
+    main = "eagle" if "eagle" in rows else drafters[-1]
+    return rows[main]["tau"], {"drafters": rows, "ar_ms_per_token": 1000 * ar_seconds / ar_tokens, "k": k,
+                               "new_tokens": new_tokens, "prompts": len(CHAT_PROMPTS), "value_of": main}
+
+
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sim_tau_a07_k4", {"zh": "模拟草稿（命中率 0.7，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.7, k=4)"},
                "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4)),
@@ -305,6 +410,15 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("serving_batching_gain_c8", {"zh": "逐 token 服务（ar，闭环）在 8 个请求同时在途时的总吞吐，相对 1 个请求时的倍数",
                                             "en": "Aggregate tokens/s of one-token-per-step serving (ar, closed loop) at 8 requests in flight over 1"},
                "x", _batching_gain),
+    Experiment("trained_offline_s1_suite", {"zh": "训练过的 eagle 草稿器在测试集提示（chat、qa、story）上的离线第 1 位存活率 s_1（同时给出训练模板留出提示上的数值，以及每个随附的训练草稿器）",
+                                            "en": "Offline first-position survival s_1 of the trained eagle drafter on suite prompts (chat, qa, story), beside held-out training-template prompts, for every shipped trained drafter"},
+               "fraction", _offline_survival, weights=True),
+    Experiment("trained_tau_chat_k4", {"zh": "训练过的 eagle 草稿器在解码循环中的 τ（k=4，两个聊天提示），旁边是未训练的早退草稿与其他训练过的草稿器",
+                                       "en": "τ of the trained eagle drafter in the decode loop (k=4, two chat prompts), with the untrained early exit and the other trained drafters beside it"},
+               "tokens/forward", _drafters_in_the_loop, weights=True),
+    Experiment("eagle_speedup_chat", {"zh": "训练过的 eagle 草稿器在聊天提示上的加速比（k=4）",
+                                      "en": "Speedup of the trained eagle drafter on a chat prompt (k=4)"},
+               "x", lambda lm: _speedup(lm, CHAT_PROMPTS[0], drafter="eagle", k=4), weights=True),
 ]}
 
 
@@ -312,9 +426,12 @@ def _cache_file(name: str, model: str):
     return cache_dir() / "experiments" / f"{model}-{name}.json"
 
 
-def _fingerprint(lm: LoadedModel) -> dict:
-    return {"version": CACHE_VERSION, "model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype),
-            "torch": torch.__version__, "transformers": transformers.__version__}
+def _fingerprint(lm: LoadedModel, experiment: Experiment | None = None) -> dict:
+    fingerprint = {"version": CACHE_VERSION, "model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype),
+                   "torch": torch.__version__, "transformers": transformers.__version__}
+    if experiment is not None and experiment.weights:  # retrained or newly shipped weights: measure again
+        fingerprint["weights"] = {kind: meta["sha256"] for kind, meta in sorted(shipped(lm.name).items())}
+    return fingerprint
 
 
 def run(name: str, lm: LoadedModel | None = None, refresh: bool = False) -> ExperimentResult:
@@ -326,7 +443,7 @@ def run(name: str, lm: LoadedModel | None = None, refresh: bool = False) -> Expe
     if not refresh and path.is_file():
         try:
             saved = json.loads(path.read_text())
-            if saved.pop("fingerprint") == _fingerprint(lm):
+            if saved.pop("fingerprint") == _fingerprint(lm, experiment):
                 return ExperimentResult(**{**saved, "cached": True})
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a broken cache entry is simply recomputed
@@ -335,6 +452,6 @@ def run(name: str, lm: LoadedModel | None = None, refresh: bool = False) -> Expe
     result = ExperimentResult(name, float(value), experiment.unit, details, time.perf_counter() - start)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**asdict(result), "fingerprint": _fingerprint(lm)}))
+    tmp.write_text(json.dumps({**asdict(result), "fingerprint": _fingerprint(lm, experiment)}))
     tmp.replace(path)
     return result

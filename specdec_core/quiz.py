@@ -52,7 +52,7 @@ LANGS: tuple[str, ...] = ("zh", "en")
 LESSON_STEMS: tuple[str, ...] = (
     "01-seeing-it", "02-ar-bottleneck", "03-draft-verify", "04-draft-sources",
     "05-judging-drafts", "06-speedup", "07-when-to-use", "08-applications",
-    "09-python-demo", "10-misconceptions", "11-interview", "12-production", "14-capstone",
+    "09-python-demo", "10-misconceptions", "11-interview", "12-production", "13-training-a-drafter", "14-capstone",
 )
 
 # Float answers such as 2.52 vs 2.77 +/- 0.25 must not fail on the last binary digit.

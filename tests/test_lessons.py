@@ -26,6 +26,7 @@ EXPECTED_STEMS = [
     "10-misconceptions",
     "11-interview",
     "12-production",
+    "13-training-a-drafter",
     "14-capstone",
 ]
 REQUIRED_IDS = ("goals", "experiment", "summary", "exercises", "quiz")
@@ -50,6 +51,8 @@ ARXIV_IDS = {
     "2404.19737",  # Gloeckle et al.: multi-token prediction
     "2309.06180",  # vLLM / PagedAttention
     "2607.05147",  # DSpark
+    "2310.08461",  # DistillSpec: Improving Speculative Decoding via Knowledge Distillation
+    "2502.14856",  # FR-Spec: frequency-ranked speculative sampling (reduced drafting vocabulary)
 }
 ARXIV = re.compile(r"arXiv:\s*(\d{4}\.\d{4,5})")
 TIME_ESTIMATE = {"en": re.compile(r"\d+\s*minutes"), "zh": re.compile(r"\d+\s*分钟")}

@@ -220,7 +220,8 @@ def test_experiments_are_registered(bank: list[Question]) -> None:
     assert unknown == {}
 
 
-PREDICT_THEN_RUN_LESSONS = ("02-ar-bottleneck", "07-when-to-use", "09-python-demo", "11-interview", "12-production")
+PREDICT_THEN_RUN_LESSONS = ("02-ar-bottleneck", "07-when-to-use", "09-python-demo", "11-interview", "12-production",
+                            "13-training-a-drafter")
 SIM_EXPERIMENTS = {"sim_tau_a07_k4", "sim_tau_a05_k4"}  # the i.i.d. check; new questions measure real drafters
 
 

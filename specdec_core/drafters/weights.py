@@ -37,6 +37,13 @@ def _manifest(folder: Path) -> dict:
         raise SpecDecError(f"{path} is not valid JSON ({err})")
 
 
+def shipped(model: str, root: Path | None = None) -> dict[str, dict]:
+    """{kind: manifest entry} of every drafter file that ships for `model` (listed and present)."""
+    folder = (root or WEIGHTS_DIR) / model
+    return {name.removesuffix(".safetensors"): meta for name, meta in _manifest(folder)["files"].items()
+            if (folder / name).is_file()}
+
+
 def entry(model: str, kind: str, root: Path | None = None) -> dict:
     """The manifest entry of a shipped file (its sha256, bytes, config, card), or a one-line error."""
     path = weights_path(model, kind, root)
