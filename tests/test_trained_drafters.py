@@ -10,7 +10,7 @@ import torch
 import specdec_core as sd
 import specdec_core.sampling as sampling
 from specdec_core.cli import main
-from specdec_core.drafters import TRAINED, Draft, Drafter, EagleNet, MedusaHeads, ReducedVocab
+from specdec_core.drafters import MIX_MODEL, TRAINED, Draft, Drafter, EagleNet, MedusaHeads, ReducedVocab
 from specdec_core.drafters import weights as weights_module
 from specdec_core.errors import SpecDecError
 from specdec_core.training.kinds import KINDS
@@ -284,7 +284,7 @@ def test_mix_records_each_steps_source_and_old_traces_still_load(tiny, tmp_path)
     prompt = "Repeat exactly: one two three four five six seven eight nine ten. one two three four five six"
     result = sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", drafter="mix", k=4, max_new_tokens=24))
     sources = {s.draft_source for s in result.trace.steps if s.drafted}
-    assert sources and sources <= {"ngram", "eagle"}
+    assert sources and sources <= {"ngram", MIX_MODEL}
     path = tmp_path / "mix.json"
     result.trace.save(path)
     assert [s.draft_source for s in sd.Trace.load(path).steps] == [s.draft_source for s in result.trace.steps]

@@ -16,7 +16,7 @@ from .weights import drafter_module
 
 DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "draft", "heads", "eagle", "mix")
 TRAINED = ("draft", "heads", "eagle")  # drafters with trained weights (`train-draft --kind`)
-MIX_MODEL = "eagle"  # the trained drafter `mix` weighs against n-gram lookup: the best one measured (BENCHMARKS §7)
+MIX_MODEL = "heads"  # the trained drafter `mix` weighs against n-gram lookup: the fastest one on free text (BENCHMARKS §7)
 
 
 def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
