@@ -85,22 +85,30 @@ class UniformDrafter(Drafter):
         return Draft(tokens, self.q.expand(k, -1))
 
 
-def first_spec_tokens(lm, n: int, drafter_from_exact=None) -> tuple[dict[int, int], torch.Tensor]:
+def first_spec_tokens(lm, n: int, drafter_from_exact=None, drafter: str | None = None
+                      ) -> tuple[dict[int, int], torch.Tensor]:
     """Run n independent speculative steps (k=2) from one fixed context and count the first emitted
     token; also return the exact distribution that AR sampling draws that token from. The drafter is
-    built from that distribution (default: uniform over its top 8)."""
-    cfg = sd.GenerationConfig(mode="spec", k=2, max_new_tokens=8, seed=0, **SAMPLING)
+    built from that distribution (default: uniform over its top 8), or is the registry's `drafter`,
+    prefilled by the prompt's forward like in decoding and copied fresh for every step."""
+    cfg = sd.GenerationConfig(mode="spec", k=2, max_new_tokens=8, seed=0, **({"drafter": drafter} if drafter else {}),
+                              **SAMPLING)
     state = prepare(lm, [1500, 2300, 77, 4100, 900, 1500, 2300], cfg)
     target, stopper, piecer = Target(lm), Stopper(lm, cfg), Piecer(lm.tokenizer)
     prefill(target, state, cfg, stopper, piecer)
     logits = target.forward(copy.deepcopy(state.cache), [state.tokens[-1]]).logits[-1]
     exact = sampling.logits_to_probs(logits, cfg.sampling)  # what `ar` samples from at this position
-    state.drafter = (drafter_from_exact(exact) if drafter_from_exact else
-                     UniformDrafter(torch.topk(exact, 8).indices.tolist(), len(exact)))
+    if drafter is None:
+        state.drafter = (drafter_from_exact(exact) if drafter_from_exact else
+                         UniformDrafter(torch.topk(exact, 8).indices.tolist(), len(exact)))
     counts: dict[int, int] = {}
     for _ in range(n):
         trial = copy.copy(state)
         trial.output_ids, trial.cache = list(state.output_ids), copy.deepcopy(state.cache)
+        if drafter is not None:  # a model drafter keeps state (its cache, pending features): a fresh copy per
+            # trial, sharing its modules (weights never change, and packed CPU weights cannot be copied)
+            modules = {id(v): v for v in vars(state.drafter).values() if isinstance(v, torch.nn.Module)}
+            trial.drafter = copy.deepcopy(state.drafter, modules)
         event = speculative_step(target, trial, cfg, stopper, piecer, 1)
         counts[event.emitted[0].id] = counts.get(event.emitted[0].id, 0) + 1
     return counts, exact

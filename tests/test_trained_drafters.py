@@ -92,6 +92,17 @@ def test_statistical_check_catches_subset_restricted_verification(tiny, monkeypa
     assert sampling.chi2_rejects(counts, exact, STAT_TRIALS)
 
 
+@pytest.mark.parametrize("kind", TRAINED)
+def test_every_trained_drafter_samples_losslessly_and_the_check_catches_the_subset_rule(tiny, kind, monkeypatch):
+    """Rejection sampling with each trained drafter's own q (seeded weights on tiny: a reduced vocabulary,
+    zeros outside it) emits AR's distribution; with the subset-restricted residual the same check rejects."""
+    counts, exact = first_spec_tokens(tiny, STAT_TRIALS, drafter=kind)
+    assert not sampling.chi2_rejects(counts, exact, STAT_TRIALS)
+    restrict_verification_to_the_subset(monkeypatch)
+    counts, exact = first_spec_tokens(tiny, STAT_TRIALS, drafter=kind)
+    assert sampling.chi2_rejects(counts, exact, STAT_TRIALS)
+
+
 # --- greedy exactness: every trained drafter, every k ---------------------------------------------
 
 

@@ -129,5 +129,6 @@ def drafter_module(lm, kind: str, cls, seed: int = 0) -> torch.nn.Module:
             module.vocab_ids.copy_(seeded_vocab(lm.model.config.vocab_size, len(module.vocab_ids), seed))
         else:
             module = load_module(lm.name, kind, cls)
-        _LOADED[key] = module.to(device=lm.device, dtype=lm.dtype).eval()
+        # Inference only: no autograd graph behind any drafted feature or logit.
+        _LOADED[key] = module.to(device=lm.device, dtype=lm.dtype).eval().requires_grad_(False)
     return _LOADED[key]
