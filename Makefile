@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8501
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-notebooks app bench bench-full drafters load-test lab notebooks lesson-outputs traces browser clean
+.PHONY: setup test test-notebooks app bench bench-full drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
 
 setup: $(STAMP)
 
@@ -47,8 +47,9 @@ app: setup
 	$(PY) -m specdec_core prepare
 	$(PY) -m streamlit run app/streamlit_app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true
 
-# The trained drafters (issue 12) from scratch, as shipped: the data (~25 min on a quiet 2-core CPU,
-# ~50 min on one core), then heads (~15 min), eagle (~30 min) and draft. Every step resumes where it stopped (rerun the target);
+# The trained drafters from scratch, as shipped: the data (~25 min on a quiet 2-core CPU, ~50 min on
+# one core), then heads (~15 min), eagle (~30 min), draft (~11 min), block and block-parallel (~15 min
+# each, calibration included: eagle's data, steps, seed and learning rate). Every step resumes where it stopped (rerun the target);
 # weights, manifest and model cards land in specdec_core/weights/. GPU: scripts/gpu_train.sh.
 drafters: setup
 	$(PY) -m specdec_core prepare
@@ -56,6 +57,8 @@ drafters: setup
 	$(PY) -m specdec_core train-draft --kind heads --steps 800 --resume
 	$(PY) -m specdec_core train-draft --kind eagle --steps 800 --lr 5e-4 --resume
 	$(PY) -m specdec_core train-draft --kind draft --steps 1000 --lr 5e-4 --resume
+	$(PY) -m specdec_core train-draft --kind block --steps 800 --lr 5e-4 --resume
+	$(PY) -m specdec_core train-draft --kind block-parallel --steps 800 --lr 5e-4 --resume
 
 # The default benchmark (~35 min on a 2-core CPU): suite x {ar, spec with n-gram, the trained drafters
 # and mix, hf:ar, hf:pld, hf:assisted with our draft LM} at k = 4, ar vs spec:ngram at the best k of
@@ -88,6 +91,19 @@ bench-full: setup
 # matched-throughput speedup; the shipped results the app's "When does it pay?" page and lessons 7/12 read.
 load-test: setup
 	$(BENCH) load-test --out benchmarks/load-cpu.json
+
+# Scheme A in miniature (issue 15, BENCHMARKS.md section 8; ~35 min on a quiet 2-core CPU): the block
+# drafters' calibration reports, tau of block / block-parallel / eagle over the suite at k = 5 and 7 (and
+# temperature 1.0 on free text), and the load test of scheme A (block + the hardware scheduler) against
+# ar and mtp1 at matched throughput.
+scheme-a: setup
+	$(PY) -m specdec_core prepare
+	$(BENCH) eval-draft --kind block --calibration benchmarks/block-calibration-cpu.json
+	$(BENCH) eval-draft --kind block-parallel --calibration benchmarks/block-parallel-calibration-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:block,spec:block-parallel,spec:eagle --k 5,7 --out benchmarks/block-tau-cpu.json
+	mkdir -p test-output && grep -E '"category": "(chat|qa|story)"' specdec_core/prompts/suite.jsonl > test-output/free-text.jsonl
+	$(BENCH) bench --prompts test-output/free-text.jsonl --modes ar,spec:block,spec:block-parallel,spec:eagle --k 7 --temperature 1.0 --seed 0 --out benchmarks/block-tau-t1-cpu.json
+	$(BENCH) load-test --drafter block --schemes ar,mtp1,spec-fixed,spec-hardware --concurrency 1,2,4,8,16 --k 7 --out benchmarks/load-block-cpu.json
 
 lab: setup
 	$(PY) -m jupyter lab notebooks

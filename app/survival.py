@@ -4,7 +4,7 @@ s_i = P(the first i drafts of a step are all accepted), the glossary's per-posit
 as: of the drafting steps that offered at least i drafts, the share whose accepted length is at least i
 (`offered_per_pos_count` and `accepted_per_pos_count` of `specdec_core.metrics.compute_metrics`).
 Pooling sums those counts over prompts and k values, never the per-run ratios, so a prompt with three
-steps weighs three steps.
+steps weighs three steps: `specdec_core.metrics.pooled_per_position`, the benchmarks' pooling too.
 
 Beside it the i.i.d. curve α^i. The α fitted to the same steps is the per-token conditional acceptance
 (the glossary's α): accepted drafts over examined drafts, where a step examines its accepted drafts and,
@@ -16,6 +16,10 @@ lies below the survival even of a drafter that does accept independently.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import common  # noqa: F401  (importing common puts the repository root on sys.path)
+
+from specdec_core.metrics import pooled_counts, pooled_per_position
 
 
 @dataclass
@@ -37,12 +41,7 @@ class Survival:
                    rejected_steps=round(m["rollback_rate"] * steps), steps=steps)
 
     def __add__(self, other: "Survival") -> "Survival":
-        n = max(len(self.offered), len(other.offered))
-
-        def add(a: list[int], b: list[int]) -> list[int]:
-            return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
-
-        return Survival(add(self.offered, other.offered), add(self.survived, other.survived),
+        return Survival(pooled_counts([self.offered, other.offered]), pooled_counts([self.survived, other.survived]),
                         self.drafted + other.drafted, self.accepted + other.accepted,
                         self.rejected_steps + other.rejected_steps, self.steps + other.steps)
 
@@ -54,7 +53,7 @@ class Survival:
     @property
     def s(self) -> list[float]:
         """Measured s_i at each of `positions`."""
-        return [self.survived[i - 1] / self.offered[i - 1] for i in self.positions]
+        return [s for s in pooled_per_position([self.offered], [self.survived]) if s is not None]
 
     @property
     def alpha(self) -> float:

@@ -9,7 +9,6 @@ the same module and reduced-vocabulary head wrapped to full-vocabulary logits) a
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 import platform
@@ -29,7 +28,7 @@ from .decode import MODES, GenerationConfig, generate
 from .drafters import DRAFTERS, DraftNet, ReducedVocab
 from .drafters.draft import causal_lm
 from .drafters.weights import drafter_module
-from .metrics import matching_prefix, peak_rss_bytes
+from .metrics import matching_prefix, peak_rss_bytes, pooled_counts, pooled_per_position
 from .models import LoadedModel, load_model
 from .target import Target, synchronize
 
@@ -157,9 +156,9 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             if turn_index == 0:
                 ttft = m["ttft_s"]
             kv_bytes, drafter_bytes = max(kv_bytes, m["kv_cache_bytes"]), max(drafter_bytes, m["drafter_bytes"])
-            offered_at = _add(offered_at, m["offered_per_pos_count"])
-            accepted_at = _add(accepted_at, m["accepted_per_pos_count"])
-            lengths = _add(lengths, m["accepted_length_hist"])
+            offered_at = pooled_counts([offered_at, m["offered_per_pos_count"]])
+            accepted_at = pooled_counts([accepted_at, m["accepted_per_pos_count"]])
+            lengths = pooled_counts([lengths, m["accepted_length_hist"]])
         token_ids += ids
         messages.append({"role": "assistant", "content": lm.decode(ids)})
     hf_mode = mode.startswith("hf:")
@@ -175,11 +174,6 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             "peak_rss_bytes": peak_rss_bytes(),
             "peak_gpu_bytes": torch.cuda.max_memory_allocated(lm.device) if on_gpu else None,
             "assistant": hf.assistant_label() if mode.startswith("hf:assisted") else None}
-
-
-def _add(total: list[int], counts: list[int]) -> list[int]:
-    """Element-wise sum of two count lists (the first may still be empty)."""
-    return [a + b for a, b in zip(total, counts)] if total else list(counts)
 
 
 def near_tie_margin(lm: LoadedModel, case: PromptCase, reference: list[int], position: int) -> float | None:
@@ -221,8 +215,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
         rates = [r["acceptance_rate"] for r in rows if r["acceptance_rate"] is not None]
         greedy = [r for r in rows if r["temperature"] == 0]
         ours = [r for r in rows if r.get("offered_per_pos") is not None]
-        offered = functools.reduce(_add, (r["offered_per_pos"] for r in ours), [])
-        taken = functools.reduce(_add, (r["accepted_per_pos"] for r in ours), [])
+        per_pos = pooled_per_position([r["offered_per_pos"] for r in ours], [r["accepted_per_pos"] for r in ours])
         ttfts = [r["ttft_s"] for r in rows if r.get("ttft_s") is not None]
         summary[label] = {
             "speedup_vs_ar": _geomean(ratios),
@@ -232,9 +225,10 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
             "tokens_per_s": sum(r["new_tokens"] for r in rows) / sum(r["wall_s"] for r in rows),
             "ttft_s": statistics.median(ttfts) if ttfts else None,
             # position i: P(the first i drafts were all accepted | the step drafted at least i), as in
-            # metrics.accepted_per_pos; i.i.d. theory: alpha^i (theory.prob_all_accepted). Pooled over prompts.
-            "acceptance_per_pos": [a / o if o else None for a, o in zip(taken, offered)] if offered and any(offered) else None,
-            "accepted_length_hist": functools.reduce(_add, (r["accepted_length_hist"] for r in ours), []) or None,
+            # metrics.accepted_per_pos; i.i.d. theory: alpha^i (theory.prob_all_accepted). Pooled over prompts
+            # (metrics.pooled_per_position, as the app's survival plot pools its runs).
+            "acceptance_per_pos": per_pos if any(a is not None for a in per_pos) else None,
+            "accepted_length_hist": pooled_counts([r["accepted_length_hist"] for r in ours]) or None,
             "kv_cache_bytes": max((r["kv_cache_bytes"] for r in ours), default=None),
             "drafter_bytes": max((r["drafter_bytes"] for r in ours), default=None),
             "peak_gpu_bytes": max((r["peak_gpu_bytes"] for r in rows if r.get("peak_gpu_bytes")), default=None),

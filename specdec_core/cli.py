@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--dtype", default="auto")
 
     td = sub.add_parser("train-draft", help="train a drafter on a make-data run (checkpoints, --resume)")
-    td.add_argument("--kind", required=True, help="the drafter to train: draft, heads or eagle")
+    td.add_argument("--kind", required=True, help="the drafter to train: draft, heads, eagle, block or block-parallel")
     td.add_argument("--model", default="smollm2-135m")
     td.add_argument("--data", type=Path, help="the data run folder (default: the newest complete one in the cache)")
     td.add_argument("--smoke", action="store_true", help="a few steps on tiny, end to end (data made if missing)")
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--device", default="auto")
 
     ed = sub.add_parser("eval-draft", help="offline per-position acceptance of a trained drafter on held-out data")
-    ed.add_argument("--kind", required=True, help="the trained drafter to evaluate: draft, heads or eagle")
+    ed.add_argument("--kind", required=True, help="the trained drafter to evaluate: draft, heads, eagle, block or block-parallel")
     ed.add_argument("--model", default="smollm2-135m")
     ed.add_argument("--data", type=Path, help="the data run folder (default: the newest complete one in the cache)")
     ed.add_argument("--weights", type=Path, help="a weights folder other than the shipped one (holding MODEL/KIND.safetensors)")
@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     ed.add_argument("--k", type=int, default=8, help="draft positions to evaluate (default 8)")
     ed.add_argument("--limit", type=int, help="at most N held-out sequences")
     ed.add_argument("--json", action="store_true")
+    ed.add_argument("--calibration", type=Path, metavar="OUT",
+                    help="drafters with a confidence head: also write the calibration report (ECE per position, "
+                         "reliability tables, AUC; the shipped temperatures on the held-out test half) to OUT as JSON")
     ed.add_argument("--device", default="auto")
 
     sub.add_parser("prepare", help="convert the model once into the local cache")

@@ -237,6 +237,8 @@ def step_event(config: GenerationConfig, piecer: Piecer, index: int, context: li
         residual_top=_top(verdict.residual, piecer) if verdict.residual is not None else [],
         draft_s=draft_s, verify_s=verify_s, overhead_s=draft.overhead_s if draft else 0.0,
         target_forwards=target_forwards, draft_source=draft.source if draft and drafted else None,
+        draft_confidence=list(draft.confidence or [])[:len(drafted)] if draft else [],
+        draft_guess=piecer.tokens(context, draft.guess[:len(drafted)]) if draft and draft.guess else [],
     )
 
 

@@ -17,7 +17,7 @@ import transformers
 from .errors import SpecDecError
 from .decode import GenerationConfig, generate
 from .drafters.weights import shipped
-from .metrics import positional_matches
+from .metrics import pooled_per_position, positional_matches
 from .models import LoadedModel, cache_dir, load_model
 
 CACHE_VERSION = 6  # bump when an experiment's definition or the engine's kernels change
@@ -145,8 +145,8 @@ def _pooled_spec(lm: LoadedModel, prompts, seeds=(0,), **config) -> dict:
     """Run spec decoding over prompts (and seeds) and pool the counts behind every rate."""
     pooled = {"forwards": 0, "tokens": 0, "drafting_steps": 0, "rollbacks": 0, "drafted": 0, "accepted": 0,
               "ar_forwards": 0}
-    offered: list[int] = []
-    accepted_at: list[int] = []
+    offered: list[list[int]] = []
+    accepted_at: list[list[int]] = []
     for i, prompt in enumerate(prompts):
         for seed in seeds:
             # One random stream per (prompt, seed): the same seed on every prompt would repeat the same
@@ -158,9 +158,9 @@ def _pooled_spec(lm: LoadedModel, prompts, seeds=(0,), **config) -> dict:
             pooled["rollbacks"] += round(m["rollback_rate"] * m["num_drafts"])
             pooled["drafted"] += m["num_draft_tokens"]
             pooled["accepted"] += m["num_accepted_tokens"]
-            offered = [a + b for a, b in zip(offered or [0] * len(m["offered_per_pos_count"]), m["offered_per_pos_count"])]
-            accepted_at = [a + b for a, b in zip(accepted_at or [0] * len(m["accepted_per_pos_count"]), m["accepted_per_pos_count"])]
-    survival = [a / o if o else 0.0 for a, o in zip(accepted_at, offered)]
+            offered.append(m["offered_per_pos_count"])
+            accepted_at.append(m["accepted_per_pos_count"])
+    survival = [s or 0.0 for s in pooled_per_position(offered, accepted_at)]
     conditional = [s / prev if prev else 0.0 for s, prev in zip(survival, [1.0] + survival[:-1])]
     return {**pooled, "tau": pooled["tokens"] / pooled["forwards"] if pooled["forwards"] else 0.0,
             "acceptance_rate": pooled["accepted"] / pooled["drafted"] if pooled["drafted"] else 0.0,
@@ -284,11 +284,10 @@ def _offline_survival(lm: LoadedModel, k: int = 4, new_tokens: int = 48) -> tupl
     trained drafter along the target's own greedy answers (48 tokens) to 6 held-out prompts of the
     training templates and to 4 chat, qa and story prompts of the suite. No timing: the same numbers on
     every run of the same machine. Value: eagle's s_1 on the suite prompts."""
-    from .drafters import ReducedVocab
+    from .drafters import module_vocab
     from .drafters.weights import drafter_module
     from .target import Target
-    from .training.batches import Sequence
-    from .training.data import capture
+    from .training.batches import decoded_sequence
     from .training.kinds import KINDS, layers_needed
     from .training.train import evaluate
 
@@ -302,13 +301,11 @@ def _offline_survival(lm: LoadedModel, k: int = 4, new_tokens: int = 48) -> tupl
         sequences = []
         for prompt in prompts():
             result = generate(lm, prompt, GenerationConfig(mode="ar", max_new_tokens=new_tokens))
-            ids, prompt_len = result.trace.prompt_ids + result.token_ids, len(result.trace.prompt_ids)
-            hidden = capture(target, ids, prompt_len, layers)  # the target's states, as make-data stores them
-            sequences.append(Sequence(torch.tensor(ids[prompt_len:] + [0]), prompt_len - 1, torch.tensor(ids), hidden, True))
+            sequences.append(decoded_sequence(target, result.trace.prompt_ids, result.token_ids, layers))
         details[f"{group}_prompts"] = len(sequences)
         for kind in kinds:
             module = drafter_module(lm, kind, KINDS[kind].cls)
-            r = evaluate(lm, kind, module, ReducedVocab(module.vocab_ids, lm.model.lm_head.weight), sequences, k=k)["all"]
+            r = evaluate(lm, kind, module, module_vocab(module, lm.model.lm_head.weight), sequences, k=k)["all"]
             details.setdefault(kind, {})[group] = {
                 "anchors": r["anchors"], "survival": r["survival"], "conditional": r["conditional"],
                 "tau": [r["tau"][i] for i in range(1, len(r["survival"]) + 1)],  # lists: the cache is JSON
@@ -358,6 +355,17 @@ def _drafters_in_the_loop(lm: LoadedModel, k: int = 4, new_tokens: int = 48) -> 
     main = "eagle" if "eagle" in rows else drafters[-1]
     return rows[main]["tau"], {"drafters": rows, "ar_ms_per_token": 1000 * ar_seconds / ar_tokens, "k": k,
                                "new_tokens": new_tokens, "prompts": len(CHAT_PROMPTS), "value_of": main}
+
+
+def _markov_gain(lm: LoadedModel, k: int = 7) -> tuple[float, dict]:
+    """tau of `block` over tau of `block-parallel` (the same model without its serial Markov head) at
+    k = 7 on the two chat prompts and two suite QA prompts, greedy, 64 new tokens; with each one's
+    per-position survival and conditional acceptance. Counts only: the same on every run."""
+    prompts = (*CHAT_PROMPTS, *suite_prompts("qa", 2))
+    runs = {name: _pooled_spec(lm, prompts, drafter=name, k=k) for name in ("block", "block-parallel")}
+    details = {name: {key: r[key] for key in ("tau", "acceptance_rate", "survival", "conditional", "forwards")}
+               for name, r in runs.items()}
+    return runs["block"]["tau"] / runs["block-parallel"]["tau"], {**details, "k": k, "prompts": len(prompts)}
 
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
@@ -419,6 +427,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("eagle_speedup_chat", {"zh": "训练过的 eagle 草稿器在聊天提示上的加速比（k=4）",
                                       "en": "Speedup of the trained eagle drafter on a chat prompt (k=4)"},
                "x", lambda lm: _speedup(lm, CHAT_PROMPTS[0], drafter="eagle", k=4), weights=True),
+    Experiment("block_markov_gain_k7", {"zh": "分块草稿器 block 相对去掉马尔可夫头的 block-parallel 的 τ 之比（k=7，贪心，两条闲聊和两条问答提示）",
+                                        "en": "τ of the block drafter over τ of block-parallel, the same model without its Markov head (k=7, greedy, two chat and two QA prompts)"},
+               "x", _markov_gain, weights=True),
 ]}
 
 

@@ -72,6 +72,20 @@ def compute_metrics(trace: Trace) -> dict:
     }
 
 
+def pooled_counts(runs: list[list[int]]) -> list[int]:
+    """Element-wise sum of several runs' per-position counts. A shorter list (a run at a smaller k)
+    counts nothing beyond its end."""
+    n = max((len(r) for r in runs), default=0)
+    return [sum(r[i] for r in runs if i < len(r)) for i in range(n)]
+
+
+def pooled_per_position(offered: list[list[int]], accepted: list[list[int]]) -> list[float | None]:
+    """accepted_per_pos pooled over runs (their `offered_per_pos_count` / `accepted_per_pos_count`):
+    the counts are summed first, then divided, so a run of three drafting steps weighs three steps, not
+    one ratio. None at a position no run offered."""
+    return [a / o if o else None for a, o in zip(pooled_counts(accepted), pooled_counts(offered))]
+
+
 def matching_prefix(a: list[int], b: list[int]) -> int:
     """Length of the common prefix of two token sequences."""
     n = 0

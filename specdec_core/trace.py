@@ -11,8 +11,8 @@ from typing import Iterator
 
 from .errors import SpecDecError
 
-SCHEMA_VERSION = 2  # 2: StepEvent.draft_source; version-1 traces still load (without it)
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3  # 2: StepEvent.draft_source; 3: draft_confidence, draft_guess; older traces still load
+READABLE_VERSIONS = (1, 2, 3)
 
 
 @dataclass
@@ -53,6 +53,8 @@ class StepEvent:
     overhead_s: float = 0.0  # time spent simulating a drafter (sim's oracle): not part of decoding
     target_forwards: int = 0  # cumulative decode forwards of the target (prefill excluded)
     draft_source: str | None = None  # which drafter proposed this step's drafts (`mix` picks one per step)
+    draft_confidence: list[float] = field(default_factory=list)  # the drafter's survival estimate per drafted position
+    draft_guess: list[Token] = field(default_factory=list)  # block drafters: the backbone's guess before the Markov head
     # nar / jacobi
     iteration: int | None = None
     window: list[Token] = field(default_factory=list)
@@ -109,7 +111,7 @@ def _tokens(items: list[dict]) -> list[Token]:
 
 def _step_from_dict(d: dict) -> StepEvent:
     d = dict(d)
-    for key in ("emitted", "drafted", "target", "window", "residual_top"):
+    for key in ("emitted", "drafted", "target", "window", "residual_top", "draft_guess"):
         d[key] = _tokens(d.get(key, []))
     d["p_top"] = [_tokens(row) for row in d.get("p_top", [])]
     d["q_top"] = [_tokens(row) for row in d.get("q_top", [])]

@@ -107,13 +107,45 @@ def load_results_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def block_calibration_file(tmp_path_factory) -> Path:
+    """A real calibration report of tiny's seeded block drafter (the shipped temperatures, fit=False),
+    in the shape `eval-draft --calibration` writes."""
+    import specdec_core as sd
+    from specdec_core.target import Target
+    from specdec_core.training.batches import decoded_sequence
+    from specdec_core.training.block import calibrate
+    from specdec_core.training.kinds import layers_needed
+
+    lm = sd.load_model("tiny")
+    layers = layers_needed("block", lm)
+    sequences = []
+    for prompt in ("Tell me about tea.", "What is the capital of France?", "Count: one two three", "Hello there, friend."):
+        result = sd.generate(lm, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=16))
+        sequences.append(decoded_sequence(Target(lm), result.trace.prompt_ids, result.token_ids, layers))
+    drafter = sd.drafters.make_drafter("block", lm, sd.GenerationConfig(mode="spec", drafter="block"))
+    report = calibrate(drafter.net, drafter.vocab, lm.model, sequences, fit=False)
+    path = tmp_path_factory.mktemp("calibration") / "block-calibration-cpu.json"
+    path.write_text(json.dumps({"kind": "block", "model": "tiny", "data": "test", **report}), encoding="utf-8")
+    return path
+
+
+# Per-position survival s_i of a bench summary (k = 7 and 5, greedy) for the block vs block-parallel chart.
+BLOCK_TAU = {("block", 7): [0.8, 0.6, 0.48, 0.36, 0.27, 0.2, 0.14], ("block-parallel", 7): [0.8, 0.5, 0.3, 0.15, 0.06, 0.02, None],
+             ("eagle", 7): [0.7, 0.49, 0.34, 0.24, 0.17, 0.12, 0.08], ("block", 5): [0.8, 0.6, 0.48, 0.36, 0.27],
+             ("block-parallel", 5): [0.8, 0.5, 0.3, 0.15, 0.0]}
+
+
 @pytest.fixture(autouse=True)
-def app_env(monkeypatch, traces_dir, prompts_file, load_results_file):
+def app_env(monkeypatch, tmp_path, traces_dir, prompts_file, load_results_file):
     monkeypatch.setenv("SPECDEC_APP_MODEL", "tiny")
     monkeypatch.setenv("SPECDEC_ANIMATION_DELAY", "0")
     monkeypatch.setenv("SPECDEC_APP_TRACES", str(traces_dir))
     monkeypatch.setenv("SPECDEC_APP_PROMPTS", str(prompts_file))
     monkeypatch.setenv("SPECDEC_APP_LOAD_RESULTS", str(load_results_file))
+    # The lab's block results are not shipped yet (and once they are, pages stay independent of them).
+    monkeypatch.setenv("SPECDEC_APP_CALIBRATION", str(tmp_path / "no-calibration.json"))
+    monkeypatch.setenv("SPECDEC_APP_BLOCK_TAU", str(tmp_path / "no-block-tau.json"))
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -424,6 +456,56 @@ def test_inspector_shows_q_at_every_step_of_a_model_drafter_and_mix_sources(tmp_
     assert "mix" in texts(at)
 
 
+def test_inspector_shows_the_block_drafters_guess_markov_head_and_confidence():
+    """A live run of the block drafter: each drafting step has a table of the backbone's guess, the
+    drafted token after the Markov head, the calibrated confidence and the verdict, from the trace. A
+    model drafter's confidence is a column of the main table instead."""
+    from common import visible
+
+    en = _strings("en")
+    at = open_page("inspector", "en")
+    ok(at.radio(key="insp_source").set_value("live").run())
+    assert {en["drafter_block"], en["drafter_block_parallel"]} <= set(at.selectbox(key="insp_drafter").options)
+    ok(at.selectbox(key="insp_drafter").set_value("block").run())
+    ok(at.slider(key="insp_temp").set_value(0.0).run())
+    ok(at.slider(key="insp_max_new").set_value(16).run())
+    ok(button(at, "insp_run").click().run())
+    trace = at.session_state["insp_trace"]
+    assert trace.drafter == "block"
+    steps = [s for s in trace.steps if s.kind == "decode"]
+    drafting = [i for i, s in enumerate(steps, start=1) if s.drafted]
+    assert drafting and all(len(steps[i - 1].draft_guess) == len(steps[i - 1].drafted) for i in drafting)
+    for i in drafting:
+        if at.session_state["insp_step"] != i:
+            ok(at.slider(key="insp_step").set_value(i).run())
+        step = steps[i - 1]
+        frames = [d.value for d in at.dataframe]
+        block = next(f for f in frames if en["col_block_guess"] in f.columns)
+        assert en["col_confidence"] not in frames[0].columns  # the block drafter's confidence has its own table
+        assert list(block[en["col_block_guess"]]) == [visible(tok.piece) for tok in step.draft_guess]
+        assert list(block[en["col_block_markov"]]) == [visible(tok.piece) for tok in step.drafted]
+        assert list(block[en["col_block_confidence"]]) == [f"{100 * c:.0f} %" for c in step.draft_confidence]
+        verdicts = list(block[en["col_verdict"]])
+        assert all(en["verdict_accepted"] in v for v in verdicts[:step.accepted])
+        assert all(en["verdict_rejected"] in v for v in verdicts[step.accepted:step.accepted + 1])
+        assert all(en["verdict_unchecked"] in v for v in verdicts[step.accepted + 1:])
+        changed = sum(g.id != d.id for g, d in zip(step.draft_guess, step.drafted))
+        assert en["insp_block_note"].format(changed=changed, n=len(step.drafted)) in texts(at)
+    ok(at.sidebar.radio(key="lang_widget").set_value("zh").run())
+    assert any(_strings("zh")["col_block_guess"] in d.value.columns for d in at.dataframe)
+
+    ok(at.sidebar.radio(key="lang_widget").set_value("en").run())
+    ok(at.selectbox(key="insp_drafter").set_value("heads").run())
+    ok(button(at, "insp_run").click().run())
+    steps = [s for s in at.session_state["insp_trace"].steps if s.kind == "decode"]
+    i, step = next((i, s) for i, s in enumerate(steps, start=1) if s.drafted)
+    if at.session_state["insp_step"] != i:
+        ok(at.slider(key="insp_step").set_value(i).run())
+    main = at.dataframe[0].value
+    assert not any(en["col_block_guess"] in d.value.columns for d in at.dataframe)
+    assert list(main[en["col_confidence"]])[:len(step.drafted)] == [f"{100 * c:.0f} %" for c in step.draft_confidence]
+
+
 # ------------------------------------------------------------------------------------ lab and costs
 
 def test_lab_runs_on_the_model_and_draws_theory_and_measurements():
@@ -550,16 +632,14 @@ def test_lab_warns_when_a_trained_drafter_has_no_weights_yet(monkeypatch):
     import threading
 
     import model_store
-    import specdec_core as sd
 
-    make = sd.drafters.make_drafter
+    problem = model_store.drafter_problem  # tiny has every drafter: pretend its `draft` file is missing
 
-    def make_or_fail(name, lm, config):
-        if name == "draft":
-            raise sd.SpecDecError(f"no trained 'draft' drafter for {lm.name}: draft.safetensors is missing")
-        return make(name, lm, config)
+    def missing_draft(lm, name):
+        return f"no trained 'draft' drafter for {lm.name}: draft.safetensors is missing" if name == "draft" \
+            else problem(lm, name)
 
-    monkeypatch.setattr(sd.drafters, "make_drafter", make_or_fail)
+    monkeypatch.setattr(model_store, "drafter_problem", missing_draft)
     store = {"lock": threading.Lock()}  # a fresh server: the cost model is measured again, without `draft`
     monkeypatch.setattr(model_store, "_cost_models", lambda: store)
     at = open_page("lab", "en")
@@ -570,6 +650,133 @@ def test_lab_warns_when_a_trained_drafter_has_no_weights_yet(monkeypatch):
     assert "lab_result" not in at.session_state and not at.error
     ok(at.selectbox(key="lab_drafter").set_value("heads").run())
     assert not at.warning
+
+
+def test_drafter_problem_reads_the_weights_manifest(tmp_path, monkeypatch):
+    """A trained drafter (block and block-parallel included) is unavailable exactly when its file or
+    manifest entry is missing, with the engine's one-line message; tiny's drafters never are."""
+    from types import SimpleNamespace
+
+    import model_store
+    import specdec_core as sd
+
+    monkeypatch.setattr(sd.drafters.weights, "WEIGHTS_DIR", tmp_path)
+    smol, tiny = SimpleNamespace(name="smollm2-135m"), SimpleNamespace(name="tiny")
+    assert {"block", "block-parallel"} <= set(sd.drafters.TRAINED)
+    for name in sd.drafters.TRAINED:
+        problem = model_store.drafter_problem(smol, name)
+        assert f"{name}.safetensors is missing" in problem and "\n" not in problem
+        assert model_store.drafter_problem(tiny, name) is None
+    assert model_store.drafter_problem(smol, "ngram") is None
+    folder = tmp_path / "smollm2-135m"
+    folder.mkdir()
+    (folder / "block.safetensors").write_bytes(b"weights")
+    assert "missing" in model_store.drafter_problem(smol, "block")  # a file the manifest does not list
+    (folder / "manifest.json").write_text(json.dumps({"files": {"block.safetensors": {"sha256": "", "config": {}}}}))
+    assert model_store.drafter_problem(smol, "block") is None
+    assert "block-parallel.safetensors is missing" in model_store.drafter_problem(smol, "block-parallel")
+
+
+def _block_tau_file(path: Path) -> Path:
+    summary = {f"ar@k={k},t=0": {"acceptance_per_pos": None, "mean_accepted_length": 1.0} for k in (5, 7)}
+    for (drafter, k), s in BLOCK_TAU.items():
+        summary[f"spec:{drafter}@k={k},t=0"] = {"acceptance_per_pos": s, "mean_accepted_length": 1 + sum(x or 0 for x in s)}
+    summary["spec:block@k=7,t=0.7"] = {"acceptance_per_pos": [0.1] * 7, "mean_accepted_length": 1.1}  # not greedy: left out
+    path.write_text(json.dumps({"environment": {}, "results": [], "summary": summary}), encoding="utf-8")
+    return path
+
+
+def test_lab_block_reliability_diagram_from_a_calibration_report(monkeypatch, block_calibration_file):
+    """The reliability diagram shows the report's bins (before and after scaling) and the diagonal for
+    the chosen regime and position, beside each position's ECE."""
+    en = _strings("en")
+    report = json.loads(block_calibration_file.read_text(encoding="utf-8"))
+    monkeypatch.setenv("SPECDEC_APP_CALIBRATION", str(block_calibration_file))
+    at = open_page("lab", "en")
+
+    def shown(regime: str, j: int):
+        p = report[regime]["positions"][j - 1]
+        chart = next(c for c in plotly_charts(at) if chart_key(c) == "lab_calib_reliability")
+        data = {tr["name"]: tr for tr in json.loads(chart.proto.spec)["data"]}
+        assert data[en["lab_calib_diagonal"]]["x"] == [0, 1] and data[en["lab_calib_diagonal"]]["y"] == [0, 1]
+        for key, name in (("reliability_before", en["lab_calib_before"].format(ece=f"{p['ece_before']:.3f}")),
+                          ("reliability_after", en["lab_calib_after"].format(temperature=f"{p['temperature']:.2f}",
+                                                                             ece=f"{p['ece_after']:.3f}"))):
+            assert data[name]["x"] == pytest.approx([r["predicted"] for r in p[key]])
+            assert data[name]["y"] == pytest.approx([r["observed"] for r in p[key]])
+        table = next(d.value for d in at.dataframe if en["col_calib_ece_after"] in d.value.columns)
+        assert list(table["j"]) == [q["position"] for q in report[regime]["positions"]]
+        assert list(table[en["col_calib_ece_before"]]) == pytest.approx([q["ece_before"] for q in report[regime]["positions"]],
+                                                                        abs=1e-4)
+        assert json.loads(chart.proto.spec)["layout"]["title"]["text"] == en["lab_calib_title"].format(j=j)
+
+    assert at.radio(key="lab_calib_regime").value == "greedy"
+    shown("greedy", 1)
+    last = report["greedy"]["positions"][-1]["position"]
+    ok(at.select_slider(key="lab_calib_position").set_value(last).run())
+    shown("greedy", last)
+    ok(at.radio(key="lab_calib_regime").set_value("sampled").run())
+    shown("sampled", last)  # the position stays chosen across regimes
+    assert en["lab_calib_note_sampled"].split("{")[0] in texts(at)
+    ok(at.sidebar.radio(key="lang_widget").set_value("zh").run())
+    assert plotly_charts(at, "lab_calib_reliability")
+
+
+def test_lab_block_sections_inform_when_missing_and_warn_when_malformed(tmp_path, monkeypatch):
+    at = open_page("lab", "en")
+    assert any("No calibration report" in i.value for i in at.info)
+    assert any("No block vs block-parallel benchmark" in i.value for i in at.info)
+    assert not plotly_charts(at, "lab_calib") and not plotly_charts(at, "lab_block")
+    malformed = ("", "{broken", "[]", json.dumps({"greedy": {"positions": [{"position": 1, "temperature": 1.0}]}}),
+                 json.dumps({"kind": "block"}))
+    for i, content in enumerate(malformed):
+        (tmp_path / f"calibration-{i}.json").write_text(content, encoding="utf-8")
+        (tmp_path / f"tau-{i}.json").write_text(content, encoding="utf-8")
+        monkeypatch.setenv("SPECDEC_APP_CALIBRATION", str(tmp_path / f"calibration-{i}.json"))
+        monkeypatch.setenv("SPECDEC_APP_BLOCK_TAU", str(tmp_path / f"tau-{i}.json"))
+        at = open_page("lab", "zh" if i % 2 else "en")
+        warnings = [w.value for w in at.warning]
+        assert any("calibration-" in w for w in warnings) and any("tau-" in w for w in warnings), content
+        assert not plotly_charts(at, "lab_calib") and not plotly_charts(at, "lab_block")
+        assert plotly_charts(at, "lab_heatmap")  # the rest of the page still works
+
+
+def test_lab_block_vs_block_parallel_conditional_acceptance(tmp_path, monkeypatch):
+    """aᵢ = sᵢ / sᵢ₋₁ per drafter at k = 7 (the default) and k = 5, from a bench summary's survival."""
+    en = _strings("en")
+    monkeypatch.setenv("SPECDEC_APP_BLOCK_TAU", str(_block_tau_file(tmp_path / "block-tau.json")))
+    at = open_page("lab", "en")
+    assert at.radio(key="lab_block_tau_k").value == 7 and at.radio(key="lab_block_tau_k").options == ["5", "7"]
+
+    def curves(k: int) -> None:
+        chart = next(c for c in plotly_charts(at) if chart_key(c) == "lab_block_tau")
+        data = json.loads(chart.proto.spec)["data"]
+        expected = [d for d in ("block", "block-parallel", "eagle") if (d, k) in BLOCK_TAU]
+        assert [tr["name"].split(" · ")[0] for tr in data] == [en["drafter_" + d.replace("-", "_")] for d in expected]
+        for tr, drafter in zip(data, expected):
+            s = BLOCK_TAU[(drafter, k)]
+            a = [s[0]] + [s[i] / s[i - 1] if s[i] is not None and s[i - 1] else None for i in range(1, len(s))]
+            assert tr["x"] == list(range(1, k + 1))
+            assert [y is None for y in tr["y"]] == [v is None for v in a]
+            assert [y for y in tr["y"] if y is not None] == pytest.approx([v for v in a if v is not None])
+            assert tr["name"].endswith(f"τ = {1 + sum(x or 0 for x in s):.2f}")
+
+    curves(7)
+    ok(at.radio(key="lab_block_tau_k").set_value(5).run())
+    curves(5)
+    ok(at.sidebar.radio(key="lang_widget").set_value("zh").run())
+    assert plotly_charts(at, "lab_block_tau")
+
+
+def test_lab_block_sections_read_the_shipped_results(monkeypatch):
+    """The shipped calibration report and block benchmark (BENCHMARKS.md section 8) pass the page's checks
+    and draw both charts: a re-measured file in another shape would show up here, not in a classroom."""
+    root = APP.parent.parent / "benchmarks"
+    monkeypatch.setenv("SPECDEC_APP_CALIBRATION", str(root / "block-calibration-cpu.json"))
+    monkeypatch.setenv("SPECDEC_APP_BLOCK_TAU", str(root / "block-tau-cpu.json"))
+    at = open_page("lab", "en")
+    assert not at.warning
+    assert plotly_charts(at, "lab_calib") and plotly_charts(at, "lab_block")
 
 
 def test_lab_falls_back_to_built_in_prompts_with_a_warning(monkeypatch, tmp_path):

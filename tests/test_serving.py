@@ -250,19 +250,28 @@ def second_token_distribution(lm) -> torch.Tensor:
     return out
 
 
-def batched_second_tokens(lm, monkeypatch) -> dict[int, int]:
-    """N requests with their own seeds, 16 at a time in one batch, each: prefill + a spec step (k=2) + one more."""
+def batched_second_tokens(lm, monkeypatch, drafter: str | None = None, scheduler: str = "fixed") -> dict[int, int]:
+    """N requests with their own seeds, 16 at a time in one batch, each: prefill + a spec step (k=2) + one more.
+    drafter None: the uniform drafter above, every draft verified; else a real drafter under `scheduler`,
+    which then chooses each request's verify length from its confidences (asserted to vary)."""
     exact = second_token_distribution(lm)
-    support = torch.topk(exact, 8).indices.tolist()
-    monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None: UniformDrafter(support, len(exact)))
+    if drafter is None:
+        support = torch.topk(exact, 8).indices.tolist()
+        monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None: UniformDrafter(support, len(exact)))
     counts: dict[int, int] = {}
+    lengths: set[int] = set()
     for start in range(0, N, 16):
         # max_new_tokens 4: after the prefill's token, 2 drafts still fit, so the second token is verified.
-        configs = [sd.GenerationConfig(mode="spec", k=2, max_new_tokens=4, seed=start + i, **SAMPLING) for i in range(16)]
-        requests, engine = serve(lm, [PROMPT] * 16, configs)
-        assert engine.steps[0].lengths == [2] * 16  # every request verifies its drafts in the first step
+        configs = [sd.GenerationConfig(mode="spec", drafter=drafter or "ngram", k=2, max_new_tokens=4, seed=start + i, **SAMPLING)
+                   for i in range(16)]
+        requests, engine = serve(lm, [PROMPT] * 16, configs, scheduler)
+        if drafter is None:
+            assert engine.steps[0].lengths == [2] * 16  # every request verifies its drafts in the first step
+        lengths.update(engine.steps[0].lengths)
         for r in requests:
             counts[r.output_ids[1]] = counts.get(r.output_ids[1], 0) + 1
+    if drafter is not None:
+        assert len(lengths) > 1, f"the {scheduler} scheduler never varied the verify length: the test would be vacuous"
     return counts
 
 
@@ -275,6 +284,16 @@ def test_batched_sampling_check_fails_for_always_accept(tiny, monkeypatch):
     monkeypatch.setattr(sampling, "acceptance_probability", lambda p, q, x: 1.0)
     counts = batched_second_tokens(tiny, monkeypatch)
     assert sampling.chi2_rejects(counts, second_token_distribution(tiny), N)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["lossless", "always-accept-is-caught"])
+def test_block_drafts_under_the_confidence_scheduler_sample_losslessly(tiny, monkeypatch, broken):
+    """The block drafter's calibrated confidences choose how many of its drafts each request verifies
+    (0, 1 or 2 here): the second token still follows the target exactly; always accepting is caught."""
+    if broken:
+        monkeypatch.setattr(sampling, "acceptance_probability", lambda p, q, x: 1.0)
+    counts = batched_second_tokens(tiny, monkeypatch, drafter="block", scheduler="confidence")
+    assert sampling.chi2_rejects(counts, second_token_distribution(tiny), N) == broken
 
 
 # --- schedulers ---------------------------------------------------------------------------------

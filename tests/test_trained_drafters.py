@@ -268,8 +268,8 @@ def test_offline_tau_predicts_the_decode_loops_tau(smol, drafter):
     drafter is wired differently at inference than in training."""
     from specdec_core.drafters import make_drafter
     from specdec_core.target import Target
-    from specdec_core.training.batches import Sequence
-    from specdec_core.training.data import capture, is_heldout
+    from specdec_core.training.batches import decoded_sequence
+    from specdec_core.training.data import is_heldout
     from specdec_core.training.prompts import training_prompts
     from specdec_core.training.train import evaluate, layers_needed
 
@@ -282,11 +282,9 @@ def test_offline_tau_predicts_the_decode_loops_tau(smol, drafter):
         decode_steps = [s for s in result.trace.steps if s.kind == "decode"]
         emitted += sum(len(s.emitted) for s in decode_steps)
         steps += len(decode_steps)
-        ids, prompt_len = result.trace.prompt_ids + result.token_ids, len(result.trace.prompt_ids)
-        hidden = capture(Target(smol), ids, prompt_len, layers_needed(drafter, smol))
-        sequences.append(Sequence(torch.tensor(ids[prompt_len:] + [0]), prompt_len - 1, torch.tensor(ids), hidden, True))
+        sequences.append(decoded_sequence(Target(smol), result.trace.prompt_ids, result.token_ids, layers_needed(drafter, smol)))
     module = make_drafter(drafter, smol, config)
-    net = getattr(module, {"heads": "heads", "eagle": "net", "draft": "owned"}[drafter])
+    net = getattr(module, {"heads": "heads", "draft": "owned"}.get(drafter, "net"))
     offline = evaluate(smol, drafter, net, module.vocab, sequences, k=4)["all"]["tau_walked"][4]
     assert abs(offline / (emitted / steps) - 1) <= 0.10, (offline, emitted / steps)
 

@@ -114,31 +114,42 @@ else:
     if step.draft_source and step.draft_source != trace.drafter:  # `mix` chose this step's drafter
         st.caption(t("insp_draft_source", source=common.drafter_label(step.draft_source)))
     n = len(step.drafted)
+
+    def verdict(i: int) -> str:
+        """What the target made of position i (0-based; i = n is the bonus position)."""
+        if i < step.accepted:
+            return "✅ " + t("verdict_accepted")
+        if i == step.accepted and i < n:
+            return "❌ " + t("verdict_rejected")
+        if i == step.accepted == n:
+            return "★ " + t("verdict_bonus_pos")
+        return "— " + t("verdict_unchecked")
+
+    def percent(values: list[float], i: int) -> str:
+        return f"{100 * values[i]:.0f} %" if i < len(values) else ""
+
+    # A block drafter's confidence has its own table below, beside the guesses it was computed for.
+    confidence = step.draft_confidence if not step.draft_guess else []
     rows = []
     for i in range(n + 1):
         drafted = step.drafted[i] if i < n else None
         target = step.target[i] if i < len(step.target) else None
-        if i < step.accepted:
-            verdict = "✅ " + t("verdict_accepted")
-        elif i == step.accepted and i < n:
-            verdict = "❌ " + t("verdict_rejected")
-        elif i == step.accepted == n:
-            verdict = "★ " + t("verdict_bonus_pos")
-        else:
-            verdict = "— " + t("verdict_unchecked")
         rows.append({
             t("col_pos"): i + 1,
             t("col_draft"): visible(drafted.piece) if drafted else "",
             "q(draft)": round(drafted.prob, 4) if drafted and drafted.prob is not None else None,
+            t("col_confidence"): percent(confidence, i),
             "p(draft)": round(step.p_of_draft[i], 4) if i < len(step.p_of_draft) else None,
             "min(1, p/q)": round(step.accept_probs[i], 4) if i < len(step.accept_probs) else None,
             t("col_target_argmax"): visible(target.piece) if target else "",
             "p(argmax)": round(target.prob, 4) if target and target.prob is not None else None,
-            t("col_verdict"): verdict,
+            t("col_verdict"): verdict(i),
         })
     table = pd.DataFrame(rows)
     if greedy:  # min(1, p/q) is the sampling rule only
         table = table.drop(columns=["min(1, p/q)"])
+    if not confidence:  # a drafter without an estimate (or a block drafter: see its own table)
+        table = table.drop(columns=[t("col_confidence")])
     st.dataframe(table, hide_index=True, width="stretch")
     extra = step.extra
     if extra is not None:
@@ -146,6 +157,19 @@ else:
         st.markdown(t(f"insp_extra_{kind}", token=common.token_span(extra.piece, kind), p=f"{extra.prob or 0:.3f}"),
                     unsafe_allow_html=True)
     st.caption(t("insp_rule_greedy") if greedy else t("insp_rule_sampling"))
+
+    # ------------------------------------------------------------------ block drafters: the parallel guess, then the Markov head
+    if step.draft_guess:
+        st.markdown(f"**{t('insp_block_h')}**")
+        st.dataframe(pd.DataFrame([{
+            t("col_pos"): i + 1,
+            t("col_block_guess"): visible(step.draft_guess[i].piece) if i < len(step.draft_guess) else "",
+            t("col_block_markov"): visible(step.drafted[i].piece),
+            t("col_block_confidence"): percent(step.draft_confidence, i),
+            t("col_verdict"): verdict(i),
+        } for i in range(n)]), hide_index=True, width="stretch")
+        changed = sum(g.id != d.id for g, d in zip(step.draft_guess, step.drafted))
+        st.caption(t("insp_block_note", changed=changed, n=n))
 
     # ------------------------------------------------------------------ p vs q at every drafting step; sampling: residual
     rejected = step.accepted if step.accepted < n else None

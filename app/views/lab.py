@@ -4,6 +4,7 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
+import calibration_view
 import common
 import model_store
 import survival
@@ -273,3 +274,6 @@ fig.update_layout(xaxis_title="k", yaxis_title="α", height=520, margin=dict(t=3
                   legend=dict(orientation="h", y=-0.15))
 st.plotly_chart(fig, width="stretch", key="lab_heatmap")
 st.caption(t("lab_heatmap_note", c=f"{c_ratio:.3f}"))
+
+# ------------------------------------------------------------------ the block drafter: calibration and acceptance per position
+calibration_view.show()

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..errors import SpecDecError
 from ..models import LoadedModel
 from .base import Draft, Drafter
+from .block import BlockDrafter, BlockNet, ParallelBlockNet
 from .draft import DraftNet, serving_lm
 from .eagle import EagleDrafter, EagleNet
 from .heads import HeadsDrafter, MedusaHeads
@@ -11,11 +12,11 @@ from .mix import MixDrafter
 from .ngram import NgramDrafter
 from .sim import SimulatedDrafter
 from .small_model import DraftModelDrafter, early_exit_model
-from .vocab import ReducedVocab
+from .vocab import ReducedVocab, module_vocab
 from .weights import drafter_module
 
-DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "draft", "heads", "eagle", "mix")
-TRAINED = ("draft", "heads", "eagle")  # drafters with trained weights (`train-draft --kind`)
+DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "draft", "heads", "eagle", "block", "block-parallel", "mix")
+TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters with trained weights (`train-draft --kind`)
 MIX_MODEL = "heads"  # the trained drafter `mix` weighs against n-gram lookup: the fastest one on free text (BENCHMARKS §7)
 
 
@@ -40,11 +41,14 @@ def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
         return DraftModelDrafter(model, lm.device, name="draft", dynamic_k=config.dynamic_k, vocab=vocab, owned=net)
     if name == "heads":
         heads = drafter_module(lm, "heads", MedusaHeads)
-        vocab = ReducedVocab(heads.vocab_ids, lm.model.lm_head.weight)
-        return HeadsDrafter(heads, vocab, lm.model.config.num_hidden_layers, config.dynamic_k)
+        return HeadsDrafter(heads, module_vocab(heads, lm.model.lm_head.weight), lm.model.config.num_hidden_layers,
+                            config.dynamic_k)
     if name == "eagle":
         net = drafter_module(lm, "eagle", EagleNet)
-        return EagleDrafter(net, ReducedVocab(net.vocab_ids, lm.model.lm_head.weight), lm.model, config.dynamic_k)
+        return EagleDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, config.dynamic_k)
+    if name in ("block", "block-parallel"):
+        net = drafter_module(lm, name, BlockNet if name == "block" else ParallelBlockNet)
+        return BlockDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, name, config.dynamic_k)
     if name == "mix":
         from ..costmodel import draft_cost, verify_ratios  # measured once per process and model
 
@@ -53,5 +57,5 @@ def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
     raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
 
 
-__all__ = ["DRAFTERS", "TRAINED", "Draft", "Drafter", "DraftModelDrafter", "DraftNet", "EagleDrafter", "EagleNet", "HeadsDrafter",
-           "MIX_MODEL", "MedusaHeads", "MixDrafter", "NgramDrafter", "ReducedVocab", "SimulatedDrafter", "early_exit_model", "make_drafter"]
+__all__ = ["DRAFTERS", "TRAINED", "BlockDrafter", "BlockNet", "Draft", "Drafter", "DraftModelDrafter", "DraftNet", "EagleDrafter", "EagleNet", "HeadsDrafter",
+           "MIX_MODEL", "MedusaHeads", "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "early_exit_model", "make_drafter"]

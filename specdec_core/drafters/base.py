@@ -25,6 +25,9 @@ class Draft:
     # sampling (serving/schedulers.py). None: no estimate (schedulers then verify the whole draft).
     confidence: list[float] | None = None
     source: str | None = None  # the drafter that proposed (None: the request's drafter itself; `mix` sets it)
+    # guess[i]: a block drafter's parallel backbone's own choice at position i, before the serial Markov
+    # head corrected it with the token before (what the inspector shows; None for other drafters)
+    guess: list[int] | None = None
 
 
 class Drafter(ABC):

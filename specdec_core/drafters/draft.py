@@ -22,7 +22,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from ..kernels import use_fast_small_matmuls
 from ..models import LoadedModel
-from .vocab import ReducedVocab
+from .vocab import ReducedVocab, module_vocab
 
 DRAFT_LAYERS = 2
 DRAFT_INTERMEDIATE = 480  # 2 layers of 576 wide with this MLP: 6.9 MB in fp16 (the 20 MB budget's remainder)
@@ -116,7 +116,7 @@ def serving_lm(net: DraftNet, target: LlamaForCausalLM) -> tuple[LlamaForCausalL
     """One inference view (and vocabulary) per loaded net, shared by every request's drafter: the
     serving engine batches the drafting of requests whose drafters share a model. On CPU its linear
     layers take the small-row kernels (kernels.py; unpacked, so no second copy of the weights)."""
-    vocab = ReducedVocab(net.vocab_ids, target.lm_head.weight)
+    vocab = module_vocab(net, target.lm_head.weight)
     model = causal_lm(net, target, vocab)
     if vocab.weight.device.type == "cpu":
         use_fast_small_matmuls(model, packed=False)

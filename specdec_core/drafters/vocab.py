@@ -13,6 +13,8 @@ gives those tokens their full p.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -44,3 +46,10 @@ class ReducedVocab(torch.nn.Module):
         full = torch.full((*logits.shape[:-1], self.vocab_size), float("-inf"), device=logits.device)
         full[..., self.ids] = logits.float()
         return full
+
+
+@functools.lru_cache(maxsize=16)
+def module_vocab(module: torch.nn.Module, lm_head_weight: torch.Tensor) -> ReducedVocab:
+    """One vocabulary per loaded drafter module (its `vocab_ids`) and target head, shared by every
+    request's drafter: the N head rows are copied once, not per request."""
+    return ReducedVocab(module.vocab_ids, lm_head_weight)

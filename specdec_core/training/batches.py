@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SpecDecError
-from .data import read_shard
+from .data import capture, read_shard
 
 
 @dataclass
@@ -79,6 +79,14 @@ def load_split(folder: Path, manifest: dict, split: str, layers: tuple[int, ...]
             if limit is not None and len(sequences) >= limit:
                 return sequences
     return sequences
+
+
+def decoded_sequence(target, prompt_ids: list[int], output_ids: list[int], layers: tuple[int, ...]) -> Sequence:
+    """A decoded answer as a data run stores it: the target's states at `layers` captured on prompt +
+    output (`data.capture`), so `evaluate` measures it exactly as it measures held-out data."""
+    ids, prompt_len = prompt_ids + output_ids, len(prompt_ids)
+    hidden = capture(target, ids, prompt_len, layers)
+    return Sequence(torch.tensor(ids[prompt_len:] + [0]), prompt_len - 1, torch.tensor(ids), hidden, True)
 
 
 def make_batch(sequences: list[Sequence]) -> Batch:

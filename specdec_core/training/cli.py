@@ -56,7 +56,7 @@ def run_train_draft_command(args) -> None:
     from tqdm import tqdm
 
     from ..models import load_model
-    from .train import TrainConfig, evaluate, export, load_data, open_training, train_steps, weights_root
+    from .train import KINDS, TrainConfig, evaluate, export, load_data, open_training, train_steps, weights_root
 
     model = "tiny" if args.smoke else args.model
     steps = args.steps if args.steps is not None else (6 if args.smoke else 1200)
@@ -77,8 +77,12 @@ def run_train_draft_command(args) -> None:
     if run.step < config.steps:
         print(f"stopped at step {run.step} of {config.steps} (checkpointed): continue with --resume")
         return
+    calibration = None
+    if KINDS[config.kind].calibrate is not None:
+        print("calibrating the confidence head on the held-out split ...")
+        calibration = KINDS[config.kind].calibrate(run.module, run.vocab, lm.model, heldout)
     offline = evaluate(lm, config.kind, run.module, run.vocab, heldout)
-    path = export(lm, run, manifest, offline, weights_root(lm, run))
+    path = export(lm, run, manifest, offline, weights_root(lm, run), calibration)
     g = offline["greedy"]
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); held-out greedy survival "
           + " ".join(f"{s:.2f}" for s in g["survival"]) + "; tau(k), walked: " + " ".join(f"{t:.2f}" for t in g["tau_walked"].values()))
@@ -102,7 +106,16 @@ def run_eval_draft_command(args) -> None:
     _, heldout, _ = load_data(lm, folder, args.kind)
     if args.limit:
         heldout = heldout[:args.limit]
-    result = evaluate(lm, args.kind, module, ReducedVocab(module.vocab_ids, lm.model.lm_head.weight), heldout, args.k)
+    vocab = ReducedVocab(module.vocab_ids, lm.model.lm_head.weight)
+    if args.calibration:
+        if KINDS[args.kind].calibrate is None:
+            raise SpecDecError(f"{args.kind} has no confidence head to calibrate (block and block-parallel have)")
+        report = KINDS[args.kind].calibrate(module, vocab, lm.model, heldout, False)
+        args.calibration.write_text(json.dumps({"kind": args.kind, "model": lm.name, "data": folder.name, **report}, indent=1) + "\n")
+        greedy = report["greedy"]["positions"]
+        print(f"calibration ({report['test_sequences']} test sequences, {report['greedy']['blocks']} blocks) -> {args.calibration}: "
+              "greedy ECE after scaling " + " ".join(f"{p['ece_after']:.1%}" for p in greedy))
+    result = evaluate(lm, args.kind, module, vocab, heldout, args.k)
     if args.json:
         print(json.dumps(result, indent=1))
         return

@@ -11,12 +11,17 @@ from typing import Callable
 
 import torch
 
-from ..drafters import DraftNet, EagleNet, MedusaHeads, ReducedVocab
+from ..drafters import BlockNet, DraftNet, EagleNet, MedusaHeads, ParallelBlockNet, ReducedVocab
+from ..drafters.block import RANK, feature_layers as block_layers
 from ..models import LoadedModel
 from .batches import Batch
-from .objectives import eagle_logits, heads_logits, token_lm_logits
+from .block import block_logits, block_loss, calibrate
+from .objectives import distillation_loss, eagle_logits, heads_logits, token_lm_logits
 
 Logits = Callable[[torch.nn.Module, ReducedVocab, torch.nn.Module, Batch, int], torch.Tensor]
+# (module, vocab, target, batch, train depth, final layer, generator) -> (loss, per-position top-1 agreement)
+Loss = Callable[[torch.nn.Module, ReducedVocab, torch.nn.Module, Batch, int, int, torch.Generator],
+                tuple[torch.Tensor, list[float]]]
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,16 @@ class Kind:
     logits: Logits  # (K, B, n, N): draft i of anchor m at [i-1, b, m]
     train_depth: Callable[[int], int]  # --depth -> the draft positions the loss unrolls
     max_k: Callable[[torch.nn.Module], int | None]  # the most it drafts (None: no limit)
+    loss: Loss | None = None  # None: the distillation loss on `logits` (objectives.py)
+    # Kinds with a confidence head: (module, vocab, target, held-out sequences, fit) -> calibration report,
+    # fitting the module's temperatures first where `fit` (calibration.py).
+    calibrate: Callable[[torch.nn.Module, ReducedVocab, torch.nn.Module, list, bool], dict] | None = None
+
+    def training_loss(self, module: torch.nn.Module, vocab: ReducedVocab, target: torch.nn.Module, batch: Batch,
+                      depth: int, final_layer: int, generator: torch.Generator) -> tuple[torch.Tensor, list[float]]:
+        if self.loss is not None:
+            return self.loss(module, vocab, target, batch, depth, final_layer, generator)
+        return distillation_loss(self.logits(module, vocab, target, batch, depth), vocab, batch, final_layer)
 
 
 def _heads(lm: LoadedModel, n: int, depth: int, intermediate: int) -> torch.nn.Module:
@@ -45,6 +60,25 @@ def _draft(lm: LoadedModel, n: int, depth: int, intermediate: int) -> torch.nn.M
     return DraftNet(config).from_target(lm.model)
 
 
+def _block(rank: int) -> Callable[[LoadedModel, int, int, int], torch.nn.Module]:
+    def build(lm: LoadedModel, n: int, depth: int, intermediate: int) -> torch.nn.Module:
+        cls = BlockNet if rank else ParallelBlockNet
+        config = BlockNet.target_config(lm, n, rank) if lm.name != "tiny" else cls.tiny_config(lm)
+        if intermediate:
+            config["intermediate"] = intermediate
+        config["vocab"] = n
+        return cls(config)
+    return build
+
+
+def _block_kind(rank: int) -> Kind:
+    # One backbone forward per block, the Markov head of rank `rank` (0: block-parallel) and the
+    # confidence head; many random blocks per sequence, the published three-part loss (block.py).
+    return Kind(BlockNet if rank else ParallelBlockNet, lambda lm: block_layers(lm.model.config.num_hidden_layers),
+                _block(rank), block_logits, lambda depth: depth, lambda m: m.config["block"],
+                lambda m, v, t, b, depth, final, g: block_loss(m, v, t, b, final, g), calibrate)
+
+
 KINDS: dict[str, Kind] = {
     # Medusa: head i reads the final state itself; --depth is the number of heads.
     "heads": Kind(MedusaHeads, lambda lm: (), _heads,
@@ -56,6 +90,8 @@ KINDS: dict[str, Kind] = {
     # A token-only LM: draft i at anchor m is its ordinary next-token output at row m+i, so one shift
     # already trains every row it will ever draft.
     "draft": Kind(DraftNet, lambda lm: (), _draft, token_lm_logits, lambda depth: 1, lambda m: None),
+    "block": _block_kind(RANK),
+    "block-parallel": _block_kind(0),
 }
 
 

@@ -27,7 +27,7 @@ from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
 from .batches import Sequence, batch_at, load_split, make_batch, read_manifest
 from .kinds import KINDS, layers_needed
-from .objectives import acceptance, distillation_loss, survival_summary, walked_tau
+from .objectives import acceptance, survival_summary, walked_tau
 from .vocab import choose_vocab
 
 
@@ -40,8 +40,8 @@ class TrainConfig:
     batch_size: int = 8  # sequences (each up to 129 rows)
     lr: float = 1e-3
     warmup: int = 50
-    depth: int = 4  # heads: how many heads; eagle: training-time-test unroll steps; draft: unused
-    intermediate: int = 0  # eagle's and draft's MLP width (0: eagle the target's, draft 480)
+    depth: int = 4  # heads: how many heads; eagle: training-time-test unroll steps; draft, block: unused (a block is 8 wide)
+    intermediate: int = 0  # the MLP width of eagle, draft and block (0: eagle the target's, draft 480, block 512)
     vocab: int = 0  # reduced vocabulary size N (0: measured, training/vocab.py)
     seed: int = 0
     checkpoint_every: int = 100
@@ -147,8 +147,10 @@ def train_steps(lm: LoadedModel, run: TrainRun, train: list[Sequence], stop_afte
         batch = batch_at(train, run.step, config.batch_size, config.seed).to(lm.device)
         for group in run.optimizer.param_groups:
             group["lr"] = learning_rate(config, run.step)
-        logits = KINDS[config.kind].logits(run.module, run.vocab, lm.model, batch, KINDS[config.kind].train_depth(config.depth))
-        loss, agreement = distillation_loss(logits, run.vocab, batch, final)
+        # Any randomness of the loss (the block drafter's anchors) is a function of (seed, step) too.
+        generator = torch.Generator().manual_seed(config.seed * 1_000_003 + run.step)
+        loss, agreement = KINDS[config.kind].training_loss(run.module, run.vocab, lm.model, batch,
+                                                           KINDS[config.kind].train_depth(config.depth), final, generator)
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(run.module.parameters(), 1.0)
@@ -190,7 +192,8 @@ def evaluate(lm: LoadedModel, kind: str, module: torch.nn.Module, vocab: Reduced
     return result
 
 
-def export(lm: LoadedModel, run: TrainRun, data_manifest: dict, offline: dict, root: Path | None = None) -> Path:
+def export(lm: LoadedModel, run: TrainRun, data_manifest: dict, offline: dict, root: Path | None = None,
+           calibration: dict | None = None) -> Path:
     """Write the fp16 weights, their manifest entry and the model card (markdown beside the weights)."""
     tensors = {name: (t.half() if t.is_floating_point() else t).cpu() for name, t in run.module.state_dict().items()}
     totals = data_manifest.get("totals", {})
@@ -208,6 +211,8 @@ def export(lm: LoadedModel, run: TrainRun, data_manifest: dict, offline: dict, r
                     f"{torch.get_num_threads()} torch threads",
         "final_loss": run.log[-1]["loss"] if run.log else None, "offline_heldout": offline,
     }
+    if calibration is not None:
+        card["calibration"] = summary_of(calibration)
     config = dict(run.module.config)
     path = save_state(lm.name, run.config.kind, tensors, config, card, root)
     (path.parent / f"{run.config.kind}.md").write_text(model_card(card), encoding="utf-8")
@@ -232,7 +237,25 @@ def model_card(card: dict) -> str:
     lines += ["", "tau(k) = 1 + s_1 + ... + s_k (every anchor): " + ", ".join(f"k={k}: {t:.2f}" for k, t in g["tau"].items()),
               "", "tau(k) along the anchors the greedy loop visits (what decoding measures): "
               + ", ".join(f"k={k}: {t:.2f}" for k, t in g["tau_walked"].items()), ""]
+    if "calibration" in card:
+        cal = card["calibration"]
+        lines += [f"Confidence calibration ({cal['rule']}): ECE of prefix survival S_j, 15 bins, before -> after "
+                  "sequential temperature scaling.", "", "| j | regime | blocks | T_j | survival | ECE before | ECE after | AUC |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for regime in ("greedy", "sampled"):
+            for p in cal[regime]["positions"]:
+                auc = "–" if p["auc"] is None else f"{p['auc']:.3f}"
+                lines.append(f"| {p['position']} | {regime} | {cal[regime]['blocks']} | {p['temperature']:.2f} | "
+                             f"{p['survival']:.3f} | {p['ece_before']:.1%} | {p['ece_after']:.1%} | {auc} |")
+        lines.append("")
     return "\n".join(lines)
+
+
+def summary_of(calibration: dict) -> dict:
+    """A calibration report without its reliability tables (what the manifest keeps)."""
+    return {key: ({**value, "positions": [{k: v for k, v in p.items() if not k.startswith("reliability")}
+                                          for p in value["positions"]]} if isinstance(value, dict) else value)
+            for key, value in calibration.items()}
 
 
 def weights_root(lm: LoadedModel, run: TrainRun) -> Path | None:
