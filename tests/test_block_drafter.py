@@ -124,6 +124,32 @@ def test_confidence_data_labels_are_prefix_survival(tiny):
         assert bool((labels[1:] <= labels[:-1] + 1e-12).all()) and bool(((labels >= 0) & (labels <= 1)).all())
 
 
+@pytest.mark.parametrize("kind", ["block", "block-parallel"])
+def test_shipped_block_drafters_are_exact_on_more_smollm2_prompts_and_under_the_hardware_scheduler(smol, kind):
+    """The shipped weights at k = 7 on a copy prompt and a Chinese prompt (one request at a time), then
+    all three prompts served together with the confidence-driven `hardware` scheduler: greedy output is
+    the target's every time, and drafts do get accepted."""
+    from specdec_core.serving import ServingEngine, make_scheduler
+    from specdec_core.serving.costs import CostTable
+
+    prompts = ["Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox",
+               "用两句话介绍一下长城。", "Explain in two sentences why the sky is blue."]
+    ar = [sd.generate(smol, p, sd.GenerationConfig(mode="ar", max_new_tokens=32)).token_ids for p in prompts]
+    accepted = 0
+    for prompt, expected in zip(prompts[:2], ar):
+        spec = sd.generate(smol, prompt, sd.GenerationConfig(mode="spec", drafter=kind, k=7, max_new_tokens=32))
+        assert spec.token_ids == expected, prompt
+        accepted += spec.metrics["num_accepted_tokens"]
+    assert accepted > 0
+    # A token row costs a twentieth of a forward: long prefixes pay only where the confidences are high.
+    costs = CostTable("synthetic", [{"rows": r, "tokens": r * t, "seconds": 1 + 0.05 * r * t} for r in (1, 2, 4) for t in (1, 4, 8)])
+    engine = ServingEngine(smol, make_scheduler("hardware"), costs)
+    requests = [engine.submit(p, sd.GenerationConfig(mode="spec", drafter=kind, k=7, max_new_tokens=32)) for p in prompts]
+    engine.run()
+    assert [r.output_ids for r in requests] == ar
+    assert any(max(s.lengths) > 0 for s in engine.steps)
+
+
 # --- shipped weights ---------------------------------------------------------------------------------
 
 
