@@ -209,8 +209,9 @@ def show_calibration() -> None:
         return
     c = st.columns([2, 3])
     regimes = tuple(r for r in REGIMES if r in report)
-    regime = c[0].radio(t("lab_calib_regime"), regimes, horizontal=True, key="lab_calib_regime",
-                        format_func=common.labels(regimes, lambda r: t(f"lab_calib_regime_{r}")))
+    # Translated labels: `common.choice` keeps a stale label from before a language switch out of the value.
+    regime = common.choice(c[0].radio, t("lab_calib_regime"), regimes, "lab_calib_regime",
+                           lambda r: t(f"lab_calib_regime_{r}"), horizontal=True)
     positions = report[regime]["positions"]
     by_j = {p["position"]: p for p in positions}
     j = c[1].select_slider(t("lab_calib_position"), list(by_j), key="lab_calib_position") if len(by_j) > 1 \

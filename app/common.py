@@ -380,17 +380,24 @@ def labels(options, label) -> callable:
 
 
 def selectbox(where, text: str, options, key: str, label=str, **kwargs):
-    """st.selectbox over `options` with translated labels that always returns one of `options`.
+    """st.selectbox over `options` with translated labels that always returns one of `options` (`choice`)."""
+    return choice(where.selectbox, text, options, key, label, **kwargs)
+
+
+def choice(widget, text: str, options, key: str, label=str, **kwargs):
+    """A choice widget (`where.selectbox`, `where.radio`) over `options` with translated labels that
+    always returns one of `options`.
 
     After a language switch the browser may send back the label of the old language, which is no
-    option at all: fall back to the last valid choice (or the first option) instead of crashing."""
+    option at all (Streamlit then hands the label itself back as the value): fall back to the last
+    valid choice (or the first option) instead of crashing."""
     options = list(options)
     valid_key = f"{key}__valid"
     fallback = st.session_state.get(valid_key)
     fallback = fallback if fallback in options else options[0]
     if key in st.session_state and st.session_state[key] not in options:
         st.session_state[key] = fallback
-    value = where.selectbox(text, options, key=key, format_func=labels(options, label), **kwargs)
+    value = widget(text, options, key=key, format_func=labels(options, label), **kwargs)
     value = value if value in options else fallback
     st.session_state[valid_key] = value
     return value

@@ -57,9 +57,9 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def block_outputs(net: BlockNet, vocab: ReducedVocab, target: torch.nn.Module, batch: Batch, anchors: torch.Tensor,
-                  width: int, teacher_forced: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Blocks at `anchors` (B, A) of `width` slots -> their logits (width, B, A, N) with the Markov bias,
-    the raw confidence logits (width, B, A) and the tokens before each slot (width, B, A) as full ids.
+                  width: int, teacher_forced: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blocks at `anchors` (B, A) of `width` slots -> their logits (width, B, A, N) with the Markov bias
+    and the raw confidence logits (width, B, A).
 
     teacher_forced: the token before slot j is the true one (training); otherwise the drafter's own
     greedy choice for slot j-1 (evaluation: what the decode loop does)."""
@@ -75,7 +75,7 @@ def block_outputs(net: BlockNet, vocab: ReducedVocab, target: torch.nn.Module, b
     guesses = vocab.logits(states)  # (B, A, width, N)
     embed = target.model.embed_tokens.weight.detach()
     true_prev = _gather(batch.next_tokens, anchors[..., None] + offsets)  # (B, A, width): the token at anchor+j
-    logits, confidence, prevs = [], [], []
+    logits, confidence = [], []
     prev = anchor_tokens
     for j in range(width):
         if teacher_forced:
@@ -83,9 +83,8 @@ def block_outputs(net: BlockNet, vocab: ReducedVocab, target: torch.nn.Module, b
         row = guesses[:, :, j] + net.markov(vocab.index[prev])
         logits.append(row)
         confidence.append(net.confidence_logit(states[:, :, j], F.embedding(prev, embed)))
-        prevs.append(prev)
         prev = vocab.ids[row.argmax(-1)]
-    return torch.stack(logits), torch.stack(confidence), torch.stack(prevs)
+    return torch.stack(logits), torch.stack(confidence)
 
 
 def block_logits(net: BlockNet, vocab: ReducedVocab, target: torch.nn.Module, batch: Batch, k: int) -> torch.Tensor:
@@ -109,7 +108,7 @@ def block_loss(net: BlockNet, vocab: ReducedVocab, target: torch.nn.Module, batc
     device = batch.next_tokens.device
     # Anchors m with at least one slot to learn from (row m+1 exists): uniform in 0 .. rows-2.
     anchors = (torch.rand(b, ANCHORS, generator=generator) * (batch.rows - 1).clamp(min=1)[:, None].cpu()).long().to(device)
-    logits, confidence, _ = block_outputs(net, vocab, target, batch, anchors, width, teacher_forced=True)
+    logits, confidence = block_outputs(net, vocab, target, batch, anchors, width, teacher_forced=True)
     with torch.no_grad():
         teacher = torch.softmax(vocab.logits(batch.hidden[final_layer]), -1)  # (B, n, N) over the draft vocabulary
     weights = position_weights(width, device)
@@ -149,7 +148,7 @@ def confidence_data(net: BlockNet, vocab: ReducedVocab, target: torch.nn.Module,
         batch = make_batch(sequences[start:start + batch_size]).to(device)
         b, n = batch.next_tokens.shape
         anchors = torch.arange(n, device=device).expand(b, -1)
-        logits, confidence, _ = block_outputs(net, vocab, target, batch, anchors, width, teacher_forced=regime == "sampled")
+        logits, confidence = block_outputs(net, vocab, target, batch, anchors, width, teacher_forced=regime == "sampled")
         rows = anchors[None] + 1 + torch.arange(width, device=device)[:, None, None]  # (W, B, n)
         full = target.lm_head(batch.hidden[final])  # (B, n, V)
         if regime == "greedy":
