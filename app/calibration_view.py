@@ -23,6 +23,7 @@ import streamlit as st
 import common
 from common import t
 from load_view import shown_path
+from specdec_core.metrics import conditional_acceptance
 
 REGIMES = ("greedy", "sampled")
 TAU_DRAFTERS = ("block", "block-parallel", "eagle")  # eagle: the serial reference, when the file has it
@@ -88,17 +89,6 @@ def check_calibration(data) -> dict:
     if not any(regime in data for regime in REGIMES):
         raise ValueError(f"neither {' nor '.join(REGIMES)} results")
     return data
-
-
-def conditional_acceptance(survival: list[float | None]) -> list[float | None]:
-    """a_i = s_i / s_(i-1) (s_0 = 1): of the steps that kept drafts 1..i-1, the share that kept draft i
-    too. Exact when every step offered all k drafts (the bench's greedy runs, but for a step cut short
-    by max_new_tokens); None where s_i is unknown or s_(i-1) = 0 (no step got that far)."""
-    out, before = [], 1.0
-    for s in survival:
-        out.append(s / before if s is not None and before else None)
-        before = s
-    return out
 
 
 def check_tau(data) -> dict[int, dict[str, dict]]:

@@ -17,7 +17,7 @@ import transformers
 from .errors import SpecDecError
 from .decode import GenerationConfig, generate
 from .drafters.weights import shipped
-from .metrics import pooled_per_position, positional_matches
+from .metrics import conditional_acceptance, pooled_per_position, positional_matches
 from .models import LoadedModel, cache_dir, load_model
 
 CACHE_VERSION = 6  # bump when an experiment's definition or the engine's kernels change
@@ -161,7 +161,7 @@ def _pooled_spec(lm: LoadedModel, prompts, seeds=(0,), **config) -> dict:
             offered.append(m["offered_per_pos_count"])
             accepted_at.append(m["accepted_per_pos_count"])
     survival = [s or 0.0 for s in pooled_per_position(offered, accepted_at)]
-    conditional = [s / prev if prev else 0.0 for s, prev in zip(survival, [1.0] + survival[:-1])]
+    conditional = [a or 0.0 for a in conditional_acceptance(survival)]
     return {**pooled, "tau": pooled["tokens"] / pooled["forwards"] if pooled["forwards"] else 0.0,
             "acceptance_rate": pooled["accepted"] / pooled["drafted"] if pooled["drafted"] else 0.0,
             "rollback_rate": pooled["rollbacks"] / pooled["drafting_steps"] if pooled["drafting_steps"] else 0.0,

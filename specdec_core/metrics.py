@@ -86,6 +86,16 @@ def pooled_per_position(offered: list[list[int]], accepted: list[list[int]]) -> 
     return [a / o if o else None for a, o in zip(pooled_counts(accepted), pooled_counts(offered))]
 
 
+def conditional_acceptance(survival: list[float | None]) -> list[float | None]:
+    """a_i = s_i / s_(i-1) (s_0 = 1): of the steps (or anchors) that kept drafts 1..i-1, the share that
+    kept draft i too. None where s_i is unknown or s_(i-1) = 0 (nothing got that far)."""
+    out, before = [], 1.0
+    for s in survival:
+        out.append(s / before if s is not None and before else None)
+        before = s
+    return out
+
+
 def matching_prefix(a: list[int], b: list[int]) -> int:
     """Length of the common prefix of two token sequences."""
     n = 0

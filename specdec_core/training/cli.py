@@ -91,7 +91,7 @@ def run_train_draft_command(args) -> None:
 def run_eval_draft_command(args) -> None:
     import json
 
-    from ..drafters import ReducedVocab
+    from ..drafters import module_vocab
     from ..drafters.weights import drafter_module, load_module
     from ..models import load_model
     from ..errors import SpecDecError
@@ -106,7 +106,7 @@ def run_eval_draft_command(args) -> None:
     _, heldout, _ = load_data(lm, folder, args.kind)
     if args.limit:
         heldout = heldout[:args.limit]
-    vocab = ReducedVocab(module.vocab_ids, lm.model.lm_head.weight)
+    vocab = module_vocab(module, lm.model.lm_head.weight)
     if args.calibration:
         if KINDS[args.kind].calibrate is None:
             raise SpecDecError(f"{args.kind} has no confidence head to calibrate (block and block-parallel have)")

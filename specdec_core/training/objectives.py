@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import llama
+from ..metrics import conditional_acceptance
 from ..drafters import DraftNet, EagleNet, MedusaHeads, ReducedVocab
 from ..drafters.draft import causal_lm
 from .batches import Batch
@@ -126,6 +127,6 @@ def survival_summary(accepted: torch.Tensor, k: int) -> dict:
     verify step each k implies, tau(k) = 1 + s_1 + ... + s_k (a greedy step emits the accepted drafts
     plus the target's own token)."""
     survival = [float((accepted >= i).float().mean()) for i in range(1, k + 1)]
-    conditional = [s / prev if prev > 0 else 0.0 for s, prev in zip(survival, [1.0] + survival[:-1])]
+    conditional = [a or 0.0 for a in conditional_acceptance(survival)]
     tau = {kk: 1 + sum(survival[:kk]) for kk in range(1, k + 1)}
     return {"anchors": int(len(accepted)), "survival": survival, "conditional": conditional, "tau": tau}
