@@ -5,7 +5,7 @@
 
 Each lesson's notebook is built from its source exactly as `scripts/build_notebooks.py` builds it,
 run top to bottom in a fresh kernel (working directory notebooks/<lang>/, as in CI), and the outputs
-are written to lessons/outputs/<lang>/<stem>.json keyed by `specdec_core.lesson_outputs.cell_key`.
+are written to lessons/outputs/<lang>/<stem>.json keyed by `specdec_core.course.lesson_outputs.cell_key`.
 Kept: printed text, plotly figures (as JSON) and small HTML; dropped: stderr (warnings, progress
 bars) and widgets (the quiz, which the app shows on its own page).
 """
@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from specdec_core.lesson_outputs import LESSON_GLOB, LessonOutputs, cell_key, code_cells, outputs_path  # noqa: E402
+from specdec_core.course.lesson_outputs import LESSON_GLOB, LessonOutputs, cell_key, code_cells, outputs_path  # noqa: E402
 
 PLOTLY = "application/vnd.plotly.v1+json"
 MAX_HTML = 50_000  # characters; a bigger HTML output is left out

@@ -133,7 +133,8 @@ def lane_config(lane: str, entry: dict, max_new_tokens: int, drafter: str = DEFA
     if lane == "jacobi":
         return sd.GenerationConfig(mode="jacobi", window=JACOBI_WINDOW, max_new_tokens=max_new_tokens)
     name, config = spec_drafter(entry, drafter)
-    return sd.GenerationConfig(mode="spec", drafter=name, max_new_tokens=max_new_tokens, **config)
+    options = {key: config.pop(key) for key in sd.drafters.OPTION_NAMES if key in config}
+    return sd.GenerationConfig(mode="spec", drafter=name, max_new_tokens=max_new_tokens, drafter_options=options, **config)
 
 
 def record(lm, entry: dict, out: Path, max_new_tokens: int, drafter: str = DEFAULT_DRAFTER) -> dict:

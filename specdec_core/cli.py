@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .errors import SpecDecError, ensure_writable
+from .suite import PROMPTS_DIR
 
 EXIT_USAGE = 2
 
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trace", type=Path, help="save the step-by-step trace as JSON")
 
     b = sub.add_parser("bench", help="time modes on a prompt suite, interleaved per prompt")
-    b.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts" / "quick.jsonl")
+    b.add_argument("--prompts", type=Path, default=PROMPTS_DIR / "quick.jsonl")
     b.add_argument("--modes", default="ar,spec:ngram,hf:ar,hf:pld",
                    help="comma list of ar, nar, jacobi, spec:DRAFTER, hf:ar, hf:pld, hf:assisted, hf:assisted-default")
     b.add_argument("--repeats", type=int, default=1)
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--requests-per-level", type=int, default=4, help="requests per level = this x concurrency")
     lt.add_argument("--max-new-tokens", type=int, default=64)
     lt.add_argument("--force-ar", action="store_true", help="the rollback switch: every scheme decodes plain AR")
-    lt.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts" / "suite.jsonl")
+    lt.add_argument("--prompts", type=Path, default=PROMPTS_DIR / "suite.jsonl")
     lt.add_argument("--replay", type=Path, metavar="LOAD_JSON",
                     help="re-run the schedulers on this load-test's recorded drafts (simulated time)")
     lt.add_argument("--costs", type=Path,
@@ -169,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_generate(args) -> None:
     from tqdm import tqdm
 
-    from .decode import GenerationConfig, generate
+    from .generation import check, config_from_args, generate
     from .metrics import positional_matches
     from .models import load_model
 
@@ -180,14 +181,14 @@ def cmd_generate(args) -> None:
     mode = args.mode
     if mode.startswith("spec:"):  # accept bench-style labels too
         mode, args.drafter = "spec", mode.split(":", 1)[1]
-    config = GenerationConfig.from_args(args, mode)
+    config = config_from_args(args, mode)
     lm = load_model(args.model, args.device, args.dtype)
-    config.validate(lm, len(lm.encode(args.prompt, args.raw)))
+    check(config, lm, len(lm.encode(args.prompt, args.raw)))
     with tqdm(total=config.max_new_tokens, unit="tok", disable=args.json or not sys.stderr.isatty(), leave=False) as bar:
         result = generate(lm, args.prompt, config, raw=args.raw, progress=lambda n: bar.update(n - bar.n))
     extra = {}
     if mode == "nar":  # NAR's point: how much of AR's text did one-shot prediction get right?
-        ar = generate(lm, args.prompt, GenerationConfig.from_args(args, "ar"), raw=args.raw)
+        ar = generate(lm, args.prompt, config_from_args(args, "ar"), raw=args.raw)
         extra = {"matches_ar": positional_matches(result.token_ids, ar.token_ids), "ar_tokens": len(ar.token_ids)}
     if args.trace:
         result.trace.save(args.trace)
@@ -217,21 +218,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             cmd_generate(args)
         elif args.command == "bench":
-            from .bench import run_bench
+            from .bench.run import run_bench
             run_bench(args)
         elif args.command == "profile":
-            if args.serving:
-                from .serving.cli import run_serving_profile
-                run_serving_profile(args)
-            else:
-                from .costmodel import run_profile
-                run_profile(args)
+            from .bench.cli import run_profile, run_serving_profile
+            (run_serving_profile if args.serving else run_profile)(args)
         elif args.command == "report":
-            from .report import write_report
+            from .bench.report import write_report
             ensure_writable(args.out)
             write_report(args.results, args.out, args.cost)
         elif args.command == "load-test":
-            from .serving.cli import run_load_test_command
+            from .bench.cli import run_load_test_command
             run_load_test_command(args)
         elif args.command == "make-data":
             from .training.cli import run_make_data_command

@@ -3,6 +3,10 @@
 Used by the app (lab heatmap, "when does it pay?"), the bench report and the theory overlays.
 c = c_q / c_p is a drafter's step cost over a 1-token target forward; verify_ratio(k) is the cost
 of verifying k+1 tokens over a 1-token forward (about 1 on a big GPU at batch 1, more on a CPU).
+
+Costs are data: the caller that builds a cost-aware drafter measures `draft_costs` first (once per
+process) and hands them over; a drafter to time comes in as a factory, so this module never needs to
+know which drafters exist.
 """
 from __future__ import annotations
 
@@ -11,11 +15,14 @@ import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable, Mapping
 
 import torch
 
 from . import llama
+from .drafting import Drafter
 from .models import LoadedModel
+from .sampling import SamplingParams
 from .target import Target, synchronize
 
 
@@ -91,17 +98,15 @@ def measure_forward_times(lm: LoadedModel, tokens=(1, 2, 4, 8), batch_sizes=(1,)
     return [{"tokens": t, "batch": b, "seconds": statistics.median(v[1:])} for (t, b), v in samples.items()]
 
 
-def measure_draft_step(lm: LoadedModel, drafter_name: str, repeats: int = 5) -> float:
-    """Seconds per drafted token for a drafter, proposing k=4 on a real prompt."""
-    from .drafters import make_drafter
-    from .decode import GenerationConfig
-
-    config = GenerationConfig(mode="spec", drafter=drafter_name, k=4, max_new_tokens=8)
+def measure_draft_step(lm: LoadedModel, build: Callable[[], Drafter], repeats: int = 5) -> float:
+    """Seconds per drafted token for a drafter, proposing k=4 on a real prompt; `build` makes a fresh
+    one for every repeat (greedy, k = 4, 8 new tokens: `drafter_factory` in generation.py)."""
+    params = SamplingParams()
     context = lm.encode("Write a short note about the sea and the sky. The sea is blue and the sky is blue.")
     times = []
     prompt_hidden = None
     for _ in range(repeats + 1):
-        drafter = make_drafter(drafter_name, lm, config)
+        drafter = build()
         drafter.reset(context)
         if drafter.hidden_layers:  # feature drafters start from the prompt's forward, as in decode.prefill
             if prompt_hidden is None:
@@ -109,10 +114,10 @@ def measure_draft_step(lm: LoadedModel, drafter_name: str, repeats: int = 5) -> 
                 prompt_hidden = target.forward(target.new_cache(), context, drafter.hidden_layers, last_only=True).hidden
             drafter.prefill(prompt_hidden)
         else:
-            drafter.propose(context, 1, config.sampling, torch.Generator())  # warm its state (e.g. its KV cache)
+            drafter.propose(context, 1, params, torch.Generator())  # warm its state (e.g. its KV cache)
         synchronize(lm.device)
         start = time.perf_counter()
-        draft = drafter.propose(context + [context[-1]], 4, config.sampling, torch.Generator())
+        draft = drafter.propose(context + [context[-1]], 4, params, torch.Generator())
         synchronize(lm.device)
         elapsed = time.perf_counter() - start - draft.overhead_s
         times.append(elapsed / max(1, len(draft.tokens)))
@@ -157,16 +162,29 @@ def measured_verify_ratios(lm: LoadedModel) -> dict[int, float] | None:
 _DRAFT_COSTS: dict[tuple, float] = {}
 
 
-def draft_cost(lm: LoadedModel, drafter_name: str) -> float:
-    """c = one draft step of `drafter_name` over one 1-token target forward on this machine, measured
-    once per process, model and drafter (~1 s), for the drafters that weigh proposals against each other.
-    The 1-token forward is the one `verify_ratios` measured, so c and the ratios share one yardstick."""
-    verify_ratios(lm)
-    key = (*_ratios_key(lm), drafter_name)
-    with _VERIFY_RATIOS_LOCK:
-        if key not in _DRAFT_COSTS:
-            _DRAFT_COSTS[key] = measure_draft_step(lm, drafter_name) / _ONE_TOKEN_S[_ratios_key(lm)]
-    return _DRAFT_COSTS[key]
+@dataclass(frozen=True)
+class DraftCosts:
+    """What a cost-aware drafter weighs its proposals by, measured on this machine and handed to it when
+    it is built: verify_ratios[d] = verifying d drafts (d+1 tokens) over a plain 1-token step, d = 0..16;
+    draft_c[name] = one draft step of drafter `name` over that same step."""
+
+    verify_ratios: dict[int, float]
+    draft_c: dict[str, float] = field(default_factory=dict)
+
+
+def draft_costs(lm: LoadedModel, drafters: Mapping[str, Callable[[], Drafter]] | None = None) -> DraftCosts:
+    """This machine's verify ratios for `lm` and the draft-step cost c of each drafter in `drafters`
+    (name -> factory), each measured once per process, model and drafter (~2 s, ~1 s a drafter) and then
+    reused. The 1-token forward of the ratios is c's yardstick too."""
+    ratios = verify_ratios(lm)
+    c = {}
+    for name, build in (drafters or {}).items():
+        key = (*_ratios_key(lm), name)
+        with _VERIFY_RATIOS_LOCK:
+            if key not in _DRAFT_COSTS:
+                _DRAFT_COSTS[key] = measure_draft_step(lm, build) / _ONE_TOKEN_S[_ratios_key(lm)]
+        c[name] = _DRAFT_COSTS[key]
+    return DraftCosts(ratios, c)
 
 
 def _ratios_key(lm: LoadedModel) -> tuple:
@@ -185,38 +203,12 @@ def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], float]:
 
 
 def measure_cost_model(lm: LoadedModel, tokens=(1, 2, 3, 4, 6, 8, 12, 16), batch_sizes=(1,), repeats: int = 5,
-                       drafters=("ngram", "early-exit"), progress=None) -> CostModel:
+                       drafters: Mapping[str, Callable[[], Drafter]] | None = None, progress=None) -> CostModel:
+    """Forward times, each drafter's step (name -> factory) and the copy bandwidth, for `profile` and the app."""
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     return CostModel(
         model=lm.name, device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
         threads=torch.get_num_threads(), context_len=64,
         forward_s=measure_forward_times(lm, tokens, batch_sizes, repeats, progress=progress),
-        draft_step_s={name: measure_draft_step(lm, name) for name in drafters},
+        draft_step_s={name: measure_draft_step(lm, build) for name, build in (drafters or {}).items()},
         bandwidth_gb_s=measure_bandwidth_gb_s(lm.device), weight_bytes=weight_bytes)
-
-
-def run_profile(args) -> None:
-    """CLI: print and optionally save the cost model."""
-    from tqdm import tqdm
-
-    from .models import load_model
-
-    lm = load_model(args.model, args.device, args.dtype)
-    total = (args.repeats + 1) * len(args.tokens) * len(args.batch)
-    with tqdm(total=total, desc="forward timings", unit="fwd") as bar:
-        cm = measure_cost_model(lm, args.tokens, args.batch, args.repeats, progress=bar.update)
-    one = cm.seconds(1)
-    print(f"{cm.model} on {cm.device} ({cm.dtype}, {cm.threads} threads), context {cm.context_len}")
-    print("batch  tokens  ms/forward  x(1-token)  ms/token")
-    for row in sorted(cm.forward_s, key=lambda r: (r["batch"], r["tokens"])):
-        t, b, s = row["tokens"], row["batch"], row["seconds"]
-        print(f"{b:5d}  {t:6d}  {1000 * s:10.1f}  {s / cm.seconds(1, b):10.2f}  {1000 * s / (t * b):8.2f}")
-    for name, s in cm.draft_step_s.items():
-        print(f"draft step {name}: {1000 * s:.2f} ms  ->  c = {cm.c(name):.3f}")
-    roof = cm.roofline_tokens_per_s()
-    print(f"copy bandwidth {cm.bandwidth_gb_s:.1f} GB/s; weights {cm.weight_bytes / 1e6:.0f} MB; "
-          f"roofline AR <= {roof:.1f} tok/s; measured 1-token forward {1 / one:.1f} tok/s "
-          f"({100 * (1 / one) / roof:.0f}% of roofline)" if roof else "")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(cm.to_json())

@@ -7,6 +7,9 @@ roll back the KV cache. AR is the same step with nothing drafted.
 Invariant for ar / spec / jacobi: the target's KV cache holds every token except the last one
 (the last token is fed at the start of the next forward). NAR commits guesses it never fed, so it
 keeps a `cache_len` and catches up.
+
+The loops take a built drafter (the `Drafter` interface, drafting.py) and never import the drafters:
+`generation.py`, a layer up, turns a config's drafter name into one.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Iterator
 
 import torch
 
-from .drafters import DRAFTERS, Draft, Drafter, make_drafter
+from .drafting import Draft, Drafter
 from .errors import SpecDecError
 from .models import LoadedModel
 from .sampling import SamplingParams, choose, logits_to_probs, process_logits, verify_greedy, verify_sampled
@@ -33,12 +36,8 @@ class GenerationConfig:
     mode: str = "ar"
     drafter: str = "ngram"
     k: int = 4
-    dynamic_k: float | None = None
-    window: int = 16
-    hit_rate: float = 0.7
-    ngram_min: int = 1
-    ngram_max: int = 3
-    early_exit_layers: int = 4
+    dynamic_k: float | None = None  # model drafters stop drafting when q's top probability falls below this
+    window: int = 16  # nar / jacobi
     max_new_tokens: int = 64
     temperature: float = 0.0
     top_k: int = 0
@@ -46,16 +45,9 @@ class GenerationConfig:
     repetition_penalty: float = 1.0
     seed: int | None = 0
     stop: tuple[str, ...] = ()
-
-    @classmethod
-    def from_args(cls, args, mode: str, k: int | None = None, temperature: float | None = None) -> "GenerationConfig":
-        """The config a command line asks for (argparse options of `cli.add_generation_options`)."""
-        return cls(
-            mode=mode, drafter=args.drafter, k=args.k if k is None else k, dynamic_k=args.dynamic_k,
-            window=args.window, hit_rate=args.hit_rate, ngram_min=args.ngram_min, ngram_max=args.ngram_max,
-            early_exit_layers=args.early_exit_layers, max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature if temperature is None else temperature, top_k=args.top_k,
-            top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stop=tuple(args.stop))
+    # The drafter's own knobs (e.g. {"hit_rate": 0.8} for sim), read by the drafter it names: this config
+    # stays the same whichever drafters exist (drafters.OPTIONS lists them).
+    drafter_options: dict[str, object] = field(default_factory=dict)
 
     @property
     def sampling(self) -> SamplingParams:
@@ -66,24 +58,16 @@ class GenerationConfig:
         return f"spec:{self.drafter}" if self.mode == "spec" else self.mode
 
     def validate(self, lm: LoadedModel, prompt_len: int) -> None:
-        """Raise SpecDecError with a one-line message for any bad setting."""
+        """Raise SpecDecError with a one-line message for any bad setting of the loop (the drafter's own
+        name and options are checked where drafters are known: `generation.check`)."""
         if self.mode not in MODES:
             raise SpecDecError(f"unknown mode {self.mode!r}: choose one of {', '.join(MODES)}")
-        if self.mode == "spec" and self.drafter not in DRAFTERS:
-            raise SpecDecError(f"unknown drafter {self.drafter!r}: choose one of {', '.join(DRAFTERS)}")
         if not 1 <= self.k <= MAX_K:
             raise SpecDecError(f"k must be between 1 and {MAX_K} (got {self.k})")
         if self.dynamic_k is not None and not 0 < self.dynamic_k < 1:
             raise SpecDecError(f"dynamic-k threshold must be in (0, 1) (got {self.dynamic_k})")
         if not 1 <= self.window <= 64:
             raise SpecDecError(f"window must be between 1 and 64 (got {self.window})")
-        if not 0 <= self.hit_rate <= 1:
-            raise SpecDecError(f"hit rate must be in [0, 1] (got {self.hit_rate})")
-        if not 1 <= self.ngram_min <= self.ngram_max:
-            raise SpecDecError(f"need 1 <= ngram-min <= ngram-max (got {self.ngram_min}, {self.ngram_max})")
-        layers = lm.model.config.num_hidden_layers
-        if self.mode == "spec" and self.drafter == "early-exit" and not 1 <= self.early_exit_layers < layers:
-            raise SpecDecError(f"early-exit layers must be between 1 and {layers - 1} (got {self.early_exit_layers})")
         self.sampling.validate()
         if self.mode in ("nar", "jacobi") and not self.sampling.greedy:
             raise SpecDecError(f"{self.mode} decodes greedily in this lab: use temperature 0")
@@ -335,9 +319,9 @@ def nar_step(target: Target, state: DecodeState, config: GenerationConfig, stopp
     return event, len(tokens)
 
 
-def new_state(lm: LoadedModel, prompt_ids: list[int], config: GenerationConfig) -> DecodeState:
+def new_state(lm: LoadedModel, prompt_ids: list[int], config: GenerationConfig, drafter: Drafter | None) -> DecodeState:
+    """A request's state: its own random stream and KV cache, and its drafter (None for every mode but spec)."""
     generator = torch.Generator(device="cpu").manual_seed(config.seed if config.seed is not None else torch.seed())
-    drafter = make_drafter(config.drafter, lm, config) if config.mode == "spec" else None
     if drafter:
         drafter.reset(prompt_ids)
     return DecodeState(prompt_ids=list(prompt_ids), cache=Target(lm).new_cache(), generator=generator, drafter=drafter)
@@ -363,21 +347,6 @@ def decode_events(lm: LoadedModel, state: DecodeState, config: GenerationConfig)
             yield event
 
 
-def prepare(lm: LoadedModel, prompt: str | list[int] | list[dict], config: GenerationConfig, raw: bool = False) -> DecodeState:
-    """Tokenise (chat template unless raw; token ids pass through), validate, and build the state."""
-    prompt_ids = list(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else lm.encode(prompt, raw)
-    if not prompt_ids:
-        raise SpecDecError("the prompt is empty")
-    config.validate(lm, len(prompt_ids))
-    return new_state(lm, prompt_ids, config)
-
-
-def stream(lm: LoadedModel, prompt: str | list[int] | list[dict], config: GenerationConfig, raw: bool = False) -> Iterator[StepEvent]:
-    """Decode and yield each StepEvent as it happens (for live UIs)."""
-    state = prepare(lm, prompt, config, raw)
-    yield from decode_events(lm, state, config)
-
-
 @dataclass
 class GenerationResult:
     text: str
@@ -386,14 +355,12 @@ class GenerationResult:
     metrics: dict
 
 
-def generate(lm: LoadedModel, prompt: str | list[int] | list[dict], config: GenerationConfig | None = None,
-             raw: bool = False, progress=None) -> GenerationResult:
-    """Decode one prompt; return text, token ids, the full trace and its metrics.
+def run(lm: LoadedModel, prompt: str | list[int] | list[dict], state: DecodeState, config: GenerationConfig,
+        progress=None) -> GenerationResult:
+    """Decode a prepared state to the end; return text, token ids, the full trace and its metrics.
 
     `progress`, if given, is called with the number of new tokens after each step.
     """
-    config = config or GenerationConfig()
-    state = prepare(lm, prompt, config, raw)
     steps: list[StepEvent] = []
     start = time.perf_counter()
     for event in decode_events(lm, state, config):

@@ -61,7 +61,8 @@ def test_bench_output_schema(capsys, tmp_path):
     html = tmp_path / "report.html"
     code, _, err = run_main(capsys, "report", str(out), "--out", str(html))
     assert code == 0, err
-    assert "plotly" in html.read_text() and "spec:sim" in html.with_suffix(".md").read_text()
+    assert "plotly.min.js" in html.read_text() and "spec:sim" in html.with_suffix(".md").read_text()
+    assert "Plotly" in (tmp_path / "plotly.min.js").read_text()[:100_000]  # offline: the bundle lies beside the page
 
 
 def test_bench_sweep_labels(capsys, tmp_path):

@@ -15,9 +15,10 @@ from specdec_core.trace import Piecer, StepEvent, Token, Trace
 
 def test_cache_after_spec_equals_a_fresh_prefill(tiny):
     """After many draft/verify/rollback steps the cache must hold exactly the committed tokens."""
-    from specdec_core.decode import decode_events, prepare
+    from specdec_core.decode import decode_events
+    from specdec_core.generation import prepare
 
-    cfg = sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=0.6, k=4, max_new_tokens=30)
+    cfg = sd.GenerationConfig(mode="spec", drafter="sim", drafter_options={"hit_rate": 0.6}, k=4, max_new_tokens=30)
     state = prepare(tiny, [500, 600, 700, 800, 900], cfg)
     for _ in decode_events(tiny, state, cfg):
         pass
@@ -38,7 +39,7 @@ def test_rollback_removes_exactly_n_positions(tiny):
     assert cache.get_seq_length() == 2
 
 
-@pytest.mark.parametrize("mode,extra", [("spec", dict(drafter="early-exit", early_exit_layers=1, temperature=0.9, top_k=8)),
+@pytest.mark.parametrize("mode,extra", [("spec", dict(drafter="early-exit", drafter_options={"early_exit_layers": 1}, temperature=0.9, top_k=8)),
                                         ("jacobi", dict(window=4)), ("nar", dict(window=4)), ("ar", {})])
 def test_trace_round_trip_and_replay(tiny, tmp_path, mode, extra):
     result = sd.generate(tiny, [300, 400, 500, 300, 400], sd.GenerationConfig(mode=mode, max_new_tokens=12, **extra))
@@ -52,7 +53,7 @@ def test_trace_round_trip_and_replay(tiny, tmp_path, mode, extra):
 
 
 def test_sampling_trace_records_inspector_data(tiny):
-    cfg = sd.GenerationConfig(mode="spec", drafter="early-exit", early_exit_layers=1, temperature=1.0, top_k=8, k=3, max_new_tokens=20)
+    cfg = sd.GenerationConfig(mode="spec", drafter="early-exit", drafter_options={"early_exit_layers": 1}, temperature=1.0, top_k=8, k=3, max_new_tokens=20)
     steps = [s for s in sd.generate(tiny, [300, 400, 500], cfg).trace.steps if s.drafted]
     rejected = [s for s in steps if s.extra_kind == "correction"]
     assert steps and rejected
@@ -153,7 +154,7 @@ def test_theory_by_hand():
 
 def test_sim_tau_follows_iid_theory(smol):
     """The sim drafter's measured tau tracks (1 - a^(k+1)) / (1 - a) on the real model."""
-    cfg = sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=0.7, k=4, max_new_tokens=64, seed=1)
+    cfg = sd.GenerationConfig(mode="spec", drafter="sim", drafter_options={"hit_rate": 0.7}, k=4, max_new_tokens=64, seed=1)
     m = sd.generate(smol, "Write a long list of ten different fruits with one sentence about each.", cfg).metrics
     assert math.isclose(m["mean_acceptance_length"], theory.expected_tokens_per_step(0.7, 4), rel_tol=0.3)
 

@@ -32,14 +32,14 @@ SPEC_CASES = [dict(drafter=d, k=k) for d in ("ngram", "sim", "early-exit") for k
     dict(drafter="ngram-fixed", k=4),
     dict(drafter="early-exit", k=8, dynamic_k=0.3),
     dict(drafter="early-exit", k=4, dynamic_k=0.6),
-    dict(drafter="sim", k=4, dynamic_k=0.5, hit_rate=0.9),
-    dict(drafter="ngram", k=4, ngram_min=2, ngram_max=4),
+    dict(drafter="sim", k=4, dynamic_k=0.5, drafter_options={"hit_rate": 0.9}),
+    dict(drafter="ngram", k=4, drafter_options={"ngram_min": 2, "ngram_max": 4}),
 ]
 
 
 @pytest.mark.parametrize("case", SPEC_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 def test_spec_greedy_equals_ar_tiny(tiny, case):
-    extra = {"early_exit_layers": 1} if case["drafter"] == "early-exit" else {}
+    extra = {"drafter_options": {"early_exit_layers": 1}} if case["drafter"] == "early-exit" else {}
     for prompt in random_prompts(6, seed=case["k"]):
         result = sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", max_new_tokens=MAX_NEW, **case, **extra))
         assert result.token_ids == ar_ids(tiny, prompt), f"spec {case} diverged from AR on {prompt}"
@@ -47,7 +47,7 @@ def test_spec_greedy_equals_ar_tiny(tiny, case):
 
 def test_sim_drafts_are_accepted_at_the_dialled_rate(tiny):
     """Makes the exactness tests above meaningful: sim really exercises long accepted blocks."""
-    m = sd.generate(tiny, random_prompts(1)[0], sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=1.0, k=4, max_new_tokens=40)).metrics
+    m = sd.generate(tiny, random_prompts(1)[0], sd.GenerationConfig(mode="spec", drafter="sim", drafter_options={"hit_rate": 1.0}, k=4, max_new_tokens=40)).metrics
     assert m["draft_acceptance_rate"] == 1.0 and m["mean_acceptance_length"] > 4
 
 
@@ -62,7 +62,7 @@ def test_exactness_holds_with_repetition_penalty(tiny):
     """History-dependent processing is applied position by position on the growing prefix."""
     for prompt in random_prompts(4, seed=7):
         ar = ar_ids(tiny, prompt, repetition_penalty=1.3)
-        for mode, extra in (("spec", dict(drafter="sim", hit_rate=0.8)), ("jacobi", dict(window=4))):
+        for mode, extra in (("spec", dict(drafter="sim", drafter_options={"hit_rate": 0.8})), ("jacobi", dict(window=4))):
             cfg = sd.GenerationConfig(mode=mode, max_new_tokens=MAX_NEW, repetition_penalty=1.3, **extra)
             assert sd.generate(tiny, prompt, cfg).token_ids == ar
 
@@ -72,7 +72,7 @@ def test_exactness_check_fails_without_rollback(tiny, monkeypatch):
     monkeypatch.setattr(Target, "rollback", staticmethod(lambda cache, n: None))
     diverged = 0
     for prompt in random_prompts(4):
-        spec = sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=0.5, k=4, max_new_tokens=MAX_NEW))
+        spec = sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", drafter="sim", drafter_options={"hit_rate": 0.5}, k=4, max_new_tokens=MAX_NEW))
         monkeypatch.undo()
         diverged += spec.token_ids != ar_ids(tiny, prompt)
         monkeypatch.setattr(Target, "rollback", staticmethod(lambda cache, n: None))
@@ -89,11 +89,11 @@ def test_exactness_check_fails_with_a_wrong_accept_rule(tiny, monkeypatch):
     prompts = random_prompts(3)
     expected = [ar_ids(tiny, p) for p in prompts]
     monkeypatch.setattr(gen, "verify_greedy", accept_everything)
-    cfg = sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=0.5, k=4, max_new_tokens=MAX_NEW)
+    cfg = sd.GenerationConfig(mode="spec", drafter="sim", drafter_options={"hit_rate": 0.5}, k=4, max_new_tokens=MAX_NEW)
     assert all(sd.generate(tiny, p, cfg).token_ids != e for p, e in zip(prompts, expected))
 
 
-@pytest.mark.parametrize("mode,extra", [("spec", dict(drafter="sim", k=8, hit_rate=1.0)), ("jacobi", dict(window=16)), ("nar", dict(window=16))])
+@pytest.mark.parametrize("mode,extra", [("spec", dict(drafter="sim", k=8, drafter_options={"hit_rate": 1.0})), ("jacobi", dict(window=16)), ("nar", dict(window=16))])
 def test_every_mode_stops_exactly_at_the_limit_or_eos(tiny, mode, extra):
     prompt = random_prompts(1, seed=3)[0]
     for limit in (1, 2, 5, 13):
@@ -113,7 +113,7 @@ def test_stops_at_eos_inside_an_accepted_block(tiny):
     old = tiny.model.generation_config.eos_token_id
     tiny.model.generation_config.eos_token_id = eos
     try:
-        for mode, extra in (("ar", {}), ("spec", dict(drafter="sim", hit_rate=1.0, k=8)), ("jacobi", dict(window=8))):
+        for mode, extra in (("ar", {}), ("spec", dict(drafter="sim", drafter_options={"hit_rate": 1.0}, k=8)), ("jacobi", dict(window=8))):
             result = sd.generate(tiny, prompt, sd.GenerationConfig(mode=mode, max_new_tokens=MAX_NEW, **extra))
             assert result.token_ids == ar[: first + 1] and result.trace.stop_reason == "eos"
     finally:
@@ -126,7 +126,7 @@ def test_stop_string_ends_every_mode_at_the_same_token(smol):
     stop = smol.decode(full.token_ids[:12]).rstrip()[-4:]  # a string the model is known to produce
     ar = sd.generate(smol, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=32, stop=(stop,)))
     assert ar.trace.stop_reason == "stop_string" and stop in ar.text and len(ar.token_ids) <= 12
-    spec = sd.generate(smol, prompt, sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=1.0, k=8, max_new_tokens=32, stop=(stop,)))
+    spec = sd.generate(smol, prompt, sd.GenerationConfig(mode="spec", drafter="sim", drafter_options={"hit_rate": 1.0}, k=8, max_new_tokens=32, stop=(stop,)))
     assert spec.token_ids == ar.token_ids
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_core import lesson_outputs as lo
+from specdec_core.course import lesson_outputs as lo
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = [(lang, md) for lang in ("zh", "en") for md in sorted((ROOT / "lessons" / lang).glob(lo.LESSON_GLOB))]

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from specdec_core import quiz
-from specdec_core.quiz import (
+from specdec_core.course.quiz import (
     LESSON_STEMS,
     QUIZ_DIR,
     SCHEMA_PATH,
@@ -51,7 +51,7 @@ KNOWN_EXPERIMENTS = {
 
 def registered_experiments() -> set[str]:
     try:
-        from specdec_core.experiments import EXPERIMENTS
+        from specdec_core.course.experiments import EXPERIMENTS
     except ImportError:
         return KNOWN_EXPERIMENTS
     return set(EXPERIMENTS)

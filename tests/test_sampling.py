@@ -13,7 +13,8 @@ import torch
 
 import specdec_core as sd
 import specdec_core.sampling as sampling
-from specdec_core.decode import Piecer, Stopper, prefill, prepare, speculative_step
+from specdec_core.decode import Piecer, Stopper, prefill, speculative_step
+from specdec_core.generation import prepare
 from specdec_core.drafters import Draft, Drafter
 from specdec_core.sampling import chi2_rejects
 from specdec_core.target import Target

@@ -14,11 +14,11 @@ import specdec_core.sampling as sampling
 from specdec_core.target import Target
 from specdec_core import llama
 from specdec_core.drafters import Draft, Drafter
-from specdec_core.serving import (Candidate, CostTable, RaggedCache, ServingEngine, batch_forward, make_scheduler,
-                                  prefix_survival)
-from specdec_core.serving import batch as batch_module
+from specdec_core import batch as batch_module
+from specdec_core.batch import RaggedCache, batch_forward
+from specdec_core.serving import Candidate, CostTable, ServingEngine, make_scheduler, prefix_survival
 from specdec_core.serving import engine as engine_module
-from specdec_core.serving.loadtest import level_metrics, matched_throughput, replay, workload
+from specdec_core.bench.loadtest import level_metrics, matched_throughput, replay, workload
 from specdec_core.serving.server import BatchServer
 from test_exactness import random_prompts  # ragged lengths, half of them repeating themselves
 
@@ -97,7 +97,7 @@ def references(tiny) -> list[list[int]]:
 def test_batched_greedy_equals_ar_tiny(tiny, references, scheduler, drafter, k):
     """Ragged prompts, ragged acceptance, ragged lengths and a plain AR request in the same batch."""
     configs = [sd.GenerationConfig(mode="ar" if i == 3 else "spec", drafter=drafter, k=k, max_new_tokens=n,
-                                   early_exit_layers=1) for i, n in enumerate(LIMITS)]
+                                   drafter_options={"early_exit_layers": 1}) for i, n in enumerate(LIMITS)]
     requests, engine = serve(tiny, PROMPTS, configs, scheduler)
     for r, expected in zip(requests, references):
         assert r.output_ids == expected, f"request {r.id} ({scheduler}, {drafter}, k={k}) diverged"
@@ -135,7 +135,7 @@ def test_prefill_hands_the_prompt_features_to_the_drafter(tiny, monkeypatch):
         drafters.append(FeatureRecorder(verify_ratios=None))
         return drafters[-1]
 
-    monkeypatch.setattr(sd.decode, "make_drafter", recorder)
+    monkeypatch.setattr(sd.generation, "make_drafter", recorder)
     result = sd.generate(tiny, prompt, config)
     requests, _ = serve(tiny, [prompt], [config], make_drafter=recorder)
     assert requests[0].output_ids == result.token_ids
@@ -151,7 +151,7 @@ def test_prefill_hands_the_prompt_features_to_the_drafter(tiny, monkeypatch):
 def test_model_drafters_propose_in_one_batched_forward(tiny):
     """early-exit's propose_batch drafts what its one-request propose drafts (tiny's peaked logits keep
     argmax stable across the batched kernels), with one forward per drafted position for all requests."""
-    config = sd.GenerationConfig(mode="spec", drafter="early-exit", k=4, early_exit_layers=1)
+    config = sd.GenerationConfig(mode="spec", drafter="early-exit", k=4, drafter_options={"early_exit_layers": 1})
     contexts = PROMPTS[:4]
     alone, together = [], [sd.drafters.make_drafter("early-exit", tiny, config) for _ in contexts]
     for c in contexts:
@@ -257,7 +257,7 @@ def batched_second_tokens(lm, monkeypatch, drafter: str | None = None, scheduler
     exact = second_token_distribution(lm)
     if drafter is None:
         support = torch.topk(exact, 8).indices.tolist()
-        monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None: UniformDrafter(support, len(exact)))
+        monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None, costs=None: UniformDrafter(support, len(exact)))
     counts: dict[int, int] = {}
     lengths: set[int] = set()
     for start in range(0, N, 16):
@@ -439,7 +439,7 @@ def test_metrics_add_up(tiny):
 def test_steady_state_cuts_by_arrival_so_every_scheme_keeps_the_same_prompts():
     """Closed loop, C = 2, 8 requests: the steady ones are arrivals 2..5 whatever their speeds. A cut by
     completion would drop each scheme's slowest prompts instead (here: the 'slow' ones), flattering its median."""
-    from specdec_core.serving.loadtest import _SimRequest, speed_metrics, steady_state
+    from specdec_core.bench.loadtest import _SimRequest, speed_metrics, steady_state
 
     def run(slow_label: str) -> list:
         requests, free, now = [], [0.0, 0.0], 0.0

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import specdec_core as sd
+from specdec_core.generation import drafter_costs
 import specdec_core.sampling as sampling
 from specdec_core.cli import main
 from specdec_core.drafters import MIX_MODEL, TRAINED, Draft, Drafter, EagleNet, MedusaHeads, ReducedVocab
@@ -126,7 +127,8 @@ def test_trained_drafters_are_exact_with_dynamic_k_and_in_the_serving_engine(tin
     assert dyn == ar
     configs = [sd.GenerationConfig(mode="spec", drafter=drafter, k=4, max_new_tokens=20) for _ in PROMPTS]
     for scheduler, costs in (("fixed", IDLE), ("hardware", SATURATED)):  # all drafts verified / fewer than drafted
-        requests, _ = serve(tiny, PROMPTS, configs, scheduler, costs)
+        # mix weighs its proposals itself, with the costs the engine's owner measured (generation.drafter_costs)
+        requests, _ = serve(tiny, PROMPTS, configs, scheduler, costs, drafter_costs=drafter_costs(tiny, drafter))
         assert [r.output_ids for r in requests] == ar
 
 
@@ -345,7 +347,7 @@ def test_the_hf_assistant_computes_the_draft_drafters_logits(tiny):
     from transformers import DynamicCache
 
     from specdec_core import llama
-    from specdec_core.bench import HFRunner
+    from specdec_core.bench.run import HFRunner
     from specdec_core.drafters import make_drafter
 
     drafter = make_drafter("draft", tiny, sd.GenerationConfig(mode="spec", drafter="draft"))

@@ -1,39 +1,80 @@
-"""Drafters: one file each, one registry. Adding a drafter touches no decode loop."""
+"""Drafters: one file each, one registry. Adding a drafter touches no decode loop.
+
+Each drafter is built from its own small options (`GenerationConfig.drafter_options`, read through
+`drafter_options`) and, if it weighs proposals against this machine's costs, from `DraftCosts` the
+caller measured beforehand (`costs_needed` says which): building a drafter never runs a forward pass.
+"""
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Mapping
+
+from ..costmodel import DraftCosts
+from ..drafting import Draft, Drafter
 from ..errors import SpecDecError
 from ..models import LoadedModel
-from .base import Draft, Drafter
 from .block import BlockDrafter, BlockNet, ParallelBlockNet
 from .draft import DraftNet, serving_lm
 from .eagle import EagleDrafter, EagleNet
 from .heads import HeadsDrafter, MedusaHeads
 from .mix import MixDrafter
-from .ngram import NgramDrafter
-from .sim import SimulatedDrafter
-from .small_model import DraftModelDrafter, early_exit_model
+from .ngram import NgramDrafter, NgramOptions
+from .sim import SimOptions, SimulatedDrafter
+from .small_model import DraftModelDrafter, EarlyExitOptions, early_exit_model
 from .vocab import ReducedVocab, module_vocab
 from .weights import drafter_module
 
 DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "draft", "heads", "eagle", "block", "block-parallel", "mix")
 TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters with trained weights (`train-draft --kind`)
 MIX_MODEL = "heads"  # the trained drafter `mix` weighs against n-gram lookup: the fastest one on free text (BENCHMARKS §7)
+# Each drafter's own knobs; drafters not listed have none (the model drafters share the config's dynamic_k).
+OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
+                            "sim": SimOptions, "early-exit": EarlyExitOptions}
+OPTION_NAMES = tuple(sorted({f.name for cls in set(OPTIONS.values()) for f in fields(cls)}))
 
 
-def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
-    """A fresh drafter (with its own state) for one request under `config` (a GenerationConfig)."""
-    if name == "ngram":
-        from ..costmodel import verify_ratios  # measured once per process and model
+def drafter_options(name: str, values: Mapping[str, object]):
+    """`name`'s options from a config's drafter_options (None for a drafter without any). Options of
+    other drafters are ignored, so one command line or one bench run can carry every drafter's knobs;
+    a name no drafter knows is refused (a typo would otherwise be silently ignored)."""
+    unknown = sorted(set(values) - set(OPTION_NAMES))
+    if unknown:
+        raise SpecDecError(f"unknown drafter option {unknown[0]!r}: choose from {', '.join(OPTION_NAMES)}")
+    cls = OPTIONS.get(name)
+    if cls is None:
+        return None
+    own = {f.name for f in fields(cls)}
+    return cls(**{key: value for key, value in values.items() if key in own})
 
-        return NgramDrafter(config.ngram_min, config.ngram_max, verify_ratios(lm, config.k))
-    if name == "ngram-fixed":
-        return NgramDrafter(config.ngram_min, config.ngram_max, verify_ratios=None)
+
+def check_drafter(name: str, values: Mapping[str, object], lm: LoadedModel) -> None:
+    """Raise SpecDecError with a one-line message for an unknown drafter or a bad option of it."""
+    if name not in DRAFTERS:
+        raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
+    options = drafter_options(name, values)
+    if options is not None:
+        options.validate(lm.model.config.num_hidden_layers)
+
+
+def costs_needed(name: str) -> tuple[str, ...] | None:
+    """What must be measured before `name` can be built: None nothing; () this machine's verify ratios;
+    a tuple of drafter names: the ratios and each of those drafters' draft-step cost."""
+    return {"ngram": (), "mix": (MIX_MODEL,)}.get(name)
+
+
+def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = None) -> Drafter:
+    """A fresh drafter (with its own state) for one request under `config` (a GenerationConfig), with the
+    measured `costs` the drafters of `costs_needed` weigh their proposals by."""
+    options = drafter_options(name, config.drafter_options)
+    if name in ("ngram", "ngram-fixed"):
+        ratios = _verify_ratios(costs, name, config.k) if name == "ngram" else None
+        return NgramDrafter(options.ngram_min, options.ngram_max, ratios)
     if name == "sim":
         # Greedy output never leaves the oracle's path, so compute it once; sampling recomputes per step.
         horizon = config.max_new_tokens + config.k if config.temperature == 0 else config.k
-        return SimulatedDrafter(lm, config.hit_rate, horizon, seed=config.seed or 0)
+        return SimulatedDrafter(lm, options.hit_rate, horizon, seed=config.seed or 0)
     if name == "early-exit":
-        model = early_exit_model(lm, config.early_exit_layers)
+        model = early_exit_model(lm, options.early_exit_layers)
         return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k)
     if name == "draft":
         net = drafter_module(lm, "draft", DraftNet)
@@ -50,12 +91,21 @@ def make_drafter(name: str, lm: LoadedModel, config) -> Drafter:
         net = drafter_module(lm, name, BlockNet if name == "block" else ParallelBlockNet)
         return BlockDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, name, config.dynamic_k)
     if name == "mix":
-        from ..costmodel import draft_cost, verify_ratios  # measured once per process and model
-
-        ngram = NgramDrafter(config.ngram_min, config.ngram_max, verify_ratios(lm, config.k))
-        return MixDrafter(ngram, make_drafter(MIX_MODEL, lm, config), draft_cost(lm, MIX_MODEL), verify_ratios(lm))
+        ngram = NgramDrafter(options.ngram_min, options.ngram_max, _verify_ratios(costs, name, config.k))
+        if MIX_MODEL not in costs.draft_c:
+            raise ValueError(f"mix needs the measured draft cost of {MIX_MODEL} in its costs")
+        return MixDrafter(ngram, make_drafter(MIX_MODEL, lm, config), costs.draft_c[MIX_MODEL], costs.verify_ratios)
     raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
 
 
-__all__ = ["DRAFTERS", "TRAINED", "BlockDrafter", "BlockNet", "Draft", "Drafter", "DraftModelDrafter", "DraftNet", "EagleDrafter", "EagleNet", "HeadsDrafter",
-           "MIX_MODEL", "MedusaHeads", "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "early_exit_model", "make_drafter"]
+def _verify_ratios(costs: DraftCosts | None, name: str, k: int) -> dict[int, float]:
+    """The ratios a cost-aware n-gram lookup weighs, up to k drafts (it never drafts more)."""
+    if costs is None:  # a caller's mistake, not a user's: see costs_needed
+        raise ValueError(f"{name} weighs drafts by this machine's measured costs: build it with costs")
+    return {d: r for d, r in costs.verify_ratios.items() if d <= k}
+
+
+__all__ = ["DRAFTERS", "MIX_MODEL", "OPTIONS", "OPTION_NAMES", "TRAINED", "BlockDrafter", "BlockNet", "Draft",
+           "DraftModelDrafter", "DraftNet", "Drafter", "EagleDrafter", "EagleNet", "HeadsDrafter", "MedusaHeads",
+           "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "check_drafter",
+           "costs_needed", "drafter_options", "early_exit_model", "make_drafter", "module_vocab"]

@@ -35,7 +35,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 from .. import llama
 from ..models import LoadedModel
 from ..sampling import SamplingParams
-from .base import Draft, Drafter, choose_draft
+from ..drafting import Draft, Drafter, draft_chain
 from .vocab import ReducedVocab
 
 # The fused target layers as fractions of the depth (`llama.depth_layer`): 5, 15, 25 of 30.
@@ -266,20 +266,14 @@ class BlockDrafter(Drafter):
         token before it; its confidence reads that token too (never draft j itself)."""
         regime = "greedy" if params.greedy else "sampled"
         embed = self.target.model.embed_tokens.weight
-        tokens: list[int] = []
-        qs: list[torch.Tensor] = []
         raw: list[torch.Tensor] = []
-        prev = context[-1]
-        for j in range(k):
+
+        def logits_at(j: int, prev: int) -> torch.Tensor:
             prev_t = torch.tensor(prev, device=states.device)
-            logits = guesses[j] + self.net.markov(self.vocab.index[prev_t])
             raw.append(self.net.confidence_logit(states[j], embed[prev_t]))
-            chosen = choose_draft(self.vocab.expand(logits), context + tokens, params, generator, self.dynamic_k)
-            if chosen is None:
-                break
-            tokens.append(chosen[0])
-            qs.append(chosen[1])
-            prev = chosen[0]
+            return self.vocab.expand(guesses[j] + self.net.markov(self.vocab.index[prev_t]))
+
+        tokens, qs = draft_chain(logits_at, context, k, params, generator, self.dynamic_k)
         confidence = self.net.calibrated(torch.stack(raw), regime)[:len(tokens)].tolist() if raw else []
         guess = self.vocab.ids[guesses[:len(tokens)].argmax(-1)].tolist()
         return Draft(tokens, torch.stack(qs) if qs else None, confidence=confidence, guess=guess)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from .. import llama
 from ..models import LoadedModel
 from ..sampling import SamplingParams
-from .base import Draft, Drafter, choose_draft, model_draft
+from ..drafting import Draft, Drafter, draft_chain, model_draft
 from .vocab import ReducedVocab
 
 # Which target layers are fused, as fractions of the depth (`llama.depth_layer`): 2, 15, 27 of 30.
@@ -159,19 +159,15 @@ class EagleDrafter(Drafter):
         self.pending = None
         feature, cache = out[-1:], (self.keys, self.values)
         position = self.start + self.keys.shape[2]
-        tokens: list[int] = []
-        qs: list[torch.Tensor] = []
-        for i in range(k):
-            logits = self.vocab.logits(self.net.head_state(feature[-1]))  # (N,)
-            chosen = choose_draft(self.vocab.expand(logits), context + tokens, params, generator, self.dynamic_k)
-            if chosen is None:
-                break
-            tokens.append(chosen[0])
-            qs.append(chosen[1])
-            if i < k - 1:  # 2. draft on: this step's output feature with the token it just drafted
-                feature, cache = self._step(feature, [chosen[0]], position, cache)
+
+        def logits_at(i: int, prev: int) -> torch.Tensor:
+            nonlocal feature, cache, position
+            if i > 0:  # 2. draft on: the previous step's output feature with the token it drafted
+                feature, cache = self._step(feature, [prev], position, cache)
                 position += 1
-        return model_draft(tokens, qs)
+            return self.vocab.expand(self.vocab.logits(self.net.head_state(feature[-1])))  # (V,)
+
+        return model_draft(*draft_chain(logits_at, context, k, params, generator, self.dynamic_k))
 
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for t in (self.keys, self.values) if t is not None)

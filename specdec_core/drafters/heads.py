@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..models import LoadedModel
 from ..sampling import SamplingParams
-from .base import Draft, Drafter, choose_draft, model_draft
+from ..drafting import Draft, Drafter, draft_chain, model_draft
 from .vocab import ReducedVocab
 
 
@@ -73,15 +73,9 @@ class HeadsDrafter(Drafter):
         if self.state is None:
             return Draft([], None)
         logits = self.vocab.logits(self.heads(self.state.to(self.vocab.weight.dtype)))  # (heads, N)
-        tokens: list[int] = []
-        qs: list[torch.Tensor] = []
-        for row in logits[:k]:
-            chosen = choose_draft(self.vocab.expand(row), context + tokens, params, generator, self.dynamic_k)
-            if chosen is None:
-                break
-            tokens.append(chosen[0])
-            qs.append(chosen[1])
-        return model_draft(tokens, qs)
+        # Head i guesses blind to the drafts before it: its row ignores `prev`.
+        return model_draft(*draft_chain(lambda i, prev: self.vocab.expand(logits[i]), context, min(k, len(logits)),
+                                        params, generator, self.dynamic_k))
 
     def memory_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.heads.parameters()) + \

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..sampling import SamplingParams
-from .base import Draft, Drafter
+from ..drafting import Draft, Drafter
 from .ngram import NgramDrafter, SurvivalStats
 
 

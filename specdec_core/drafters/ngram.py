@@ -9,15 +9,30 @@ step). `ngram-fixed` always drafts the whole match, like transformers' prompt lo
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from ..errors import SpecDecError
 from ..sampling import SamplingParams
 from ..theory import best_k
-from .base import Draft, Drafter
+from ..drafting import Draft, Drafter
 
 # Before any evidence a match is assumed right half the time (a Beta(1, 1) prior on alpha).
 PRIOR_ACCEPTED, PRIOR_EXAMINED = 1, 2
+
+
+@dataclass(frozen=True)
+class NgramOptions:
+    """The lookup's own knobs: match suffixes of ngram_max tokens down to ngram_min (`ngram`, `ngram-fixed`, `mix`)."""
+
+    ngram_min: int = 1
+    ngram_max: int = 3
+
+    def validate(self, num_layers: int) -> None:
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise SpecDecError(f"need 1 <= ngram-min <= ngram-max (got {self.ngram_min}, {self.ngram_max})")
 
 
 class SurvivalStats:

@@ -10,13 +10,26 @@ behaves like a free drafter of known quality. Its q is one-hot, which keeps reje
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
+from ..errors import SpecDecError
 from ..models import LoadedModel
 from ..sampling import SamplingParams, penalise_repeats
 from ..target import Target
-from .base import Draft, Drafter
+from ..drafting import Draft, Drafter
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """`sim`'s one knob: the chance that each drafted token is the target's own."""
+
+    hit_rate: float = 0.7
+
+    def validate(self, num_layers: int) -> None:
+        if not 0 <= self.hit_rate <= 1:
+            raise SpecDecError(f"hit rate must be in [0, 1] (got {self.hit_rate})")
 
 
 class SimulatedDrafter(Drafter):

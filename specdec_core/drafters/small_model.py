@@ -5,13 +5,16 @@ small LM distilled from the target, whose output head covers a reduced vocabular
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import DynamicCache, LlamaForCausalLM
 
 from .. import llama
+from ..errors import SpecDecError
 from ..models import LoadedModel
 from ..sampling import SamplingParams
-from .base import Draft, Drafter, choose_draft, model_draft
+from ..drafting import Draft, Drafter, choose_draft, draft_chain, model_draft
 from .vocab import ReducedVocab
 
 
@@ -57,18 +60,10 @@ class DraftModelDrafter(Drafter):
         return self._feed(context[common:])
 
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
-        logits = self._sync_cache(context)
-        tokens: list[int] = []
-        qs: list[torch.Tensor] = []
-        for i in range(k):
-            chosen = choose_draft(logits, context + tokens, params, generator, self.dynamic_k)
-            if chosen is None:
-                break
-            tokens.append(chosen[0])
-            qs.append(chosen[1])
-            if i < k - 1:
-                logits = self._feed([chosen[0]])
-        return model_draft(tokens, qs)
+        first = self._sync_cache(context)
+        # Position 0 reads the synced cache's logits; every later one feeds the draft before it.
+        return model_draft(*draft_chain(lambda i, prev: first if i == 0 else self._feed([prev]), context, k, params,
+                                        generator, self.dynamic_k))
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], contexts: list[list[int]], ks: list[int],
@@ -78,7 +73,7 @@ class DraftModelDrafter(Drafter):
         Each request first catches its own cache up with its context (the tokens accepted since its
         last proposal), then its cache is copied into one ragged cache and the requests draft side by
         side, every row of each forward one request's latest token (`serving/batch.py`)."""
-        from ..serving.batch import RaggedCache, batch_forward
+        from ..batch import RaggedCache, batch_forward
 
         models = {id(d.model) for d in drafters}
         if len(drafters) < 2 or len(models) > 1:
@@ -121,6 +116,17 @@ class DraftModelDrafter(Drafter):
         weights = 0 if self.owned is None else sum(p.numel() * p.element_size() for p in self.owned.parameters())
         head = 0 if self.vocab is None else self.vocab.weight.numel() * self.vocab.weight.element_size()
         return cache + weights + head
+
+
+@dataclass(frozen=True)
+class EarlyExitOptions:
+    """`early-exit`'s one knob: how many of the target's first layers draft."""
+
+    early_exit_layers: int = 4
+
+    def validate(self, num_layers: int) -> None:
+        if not 1 <= self.early_exit_layers < num_layers:
+            raise SpecDecError(f"early-exit layers must be between 1 and {num_layers - 1} (got {self.early_exit_layers})")
 
 
 def early_exit_model(lm: LoadedModel, layers: int) -> LlamaForCausalLM:

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import torch
 
+from ..drafting import Drafter
 from ..models import LoadedModel
+from ..sampling import SamplingParams
 from ..target import synchronize
-from .batch import RaggedCache, batch_forward
+from ..batch import RaggedCache, batch_forward
 
 ROWS = (1, 2, 4, 8, 16, 32)
 TOKENS_PER_ROW = (1, 2, 3, 5, 9)  # 1 = a plain step; 9 = verifying 8 drafts
@@ -72,9 +74,10 @@ class CostTable:
 
 
 def measure_cost_table(lm: LoadedModel, rows=ROWS, tokens_per_row=TOKENS_PER_ROW, repeats: int = 3,
-                       context_len: int = 64, drafters: tuple[str, ...] = ("ngram",), progress=None) -> CostTable:
+                       context_len: int = 64, drafters: dict[str, Drafter] | None = None, progress=None) -> CostTable:
     """Median time of packed forwards over `rows` requests × `tokens_per_row` new tokens on a cached
-    context of `context_len` each; configurations interleaved within each repeat, the first round a warm-up."""
+    context of `context_len` each; configurations interleaved within each repeat, the first round a warm-up.
+    `drafters`: name -> a drafter as serving builds it (`engine.serving_drafter`), whose proposal is timed."""
     cache = RaggedCache(lm.model, slots=max(rows), capacity=context_len + max(tokens_per_row) + 1)
     generator = torch.Generator().manual_seed(0)
     with torch.inference_mode():
@@ -100,7 +103,7 @@ def measure_cost_table(lm: LoadedModel, rows=ROWS, tokens_per_row=TOKENS_PER_ROW
         medians = monotone([statistics.median(samples[b, t][1:]) for t in tokens_per_row])
         grid += [{"rows": b, "tokens": b * t, "seconds": m} for t, m in zip(tokens_per_row, medians)]
     return CostTable(machine=_machine(lm), grid=grid, context_len=context_len,
-                     draft_s_per_request={d: _draft_seconds(lm, d) for d in drafters})
+                     draft_s_per_request={name: _draft_seconds(lm, d) for name, d in (drafters or {}).items()})
 
 
 def monotone(values: list[float]) -> list[float]:
@@ -120,20 +123,15 @@ def _machine(lm: LoadedModel) -> str:
     return f"{lm.name} on {lm.device} ({str(lm.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads)"
 
 
-def _draft_seconds(lm: LoadedModel, drafter: str, repeats: int = 20) -> float:
+def _draft_seconds(lm: LoadedModel, drafter: Drafter, repeats: int = 20) -> float:
     """Median seconds of one proposal of up to 8 tokens on a real prompt (what a serving step pays per request)."""
-    from ..decode import GenerationConfig
-    from .engine import serving_drafter
-
-    config = GenerationConfig(mode="spec", drafter=drafter, k=8, max_new_tokens=16)
     context = lm.encode("Repeat the list: apples, pears, plums, apples, pears, plums, apples, pears.")
-    drafter_obj = serving_drafter(lm, config)
-    drafter_obj.reset(context)
+    drafter.reset(context)
     times = []
     for _ in range(repeats + 1):
         synchronize(lm.device)
         start = time.perf_counter()
-        drafter_obj.propose(context, 8, config.sampling, torch.Generator())
+        drafter.propose(context, 8, SamplingParams(seed=0), torch.Generator())
         synchronize(lm.device)
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:])

@@ -26,26 +26,31 @@ import torch
 
 from ..decode import (DecodeState, GenerationConfig, Stopper, commit, emit, first_token, prefill_event, step_event,
                       verify_row)
-from ..drafters import Draft, Drafter, NgramDrafter, make_drafter
+from ..costmodel import DraftCosts
+from ..drafters import Draft, Drafter, NgramDrafter, drafter_options, make_drafter
 from ..drafters.ngram import SurvivalStats
 from ..errors import SpecDecError
+from ..generation import check
 from ..models import LoadedModel
 from ..target import synchronize
 from ..trace import Piecer, StepEvent
-from .batch import RaggedCache, batch_forward
+from ..batch import RaggedCache, batch_forward
 from .costs import CostTable
 from .schedulers import Candidate, Scheduler
 
 
-def serving_drafter(lm: LoadedModel, config: GenerationConfig, survival: SurvivalStats | None = None) -> Drafter:
+def serving_drafter(lm: LoadedModel, config: GenerationConfig, survival: SurvivalStats | None = None,
+                    costs: DraftCosts | None = None) -> Drafter:
     """The request's drafter as serving uses it: it proposes as far as it can and the scheduler owns the
     verify length, so n-gram lookup drafts its whole match (its cost-aware cut is the scheduler's job)
-    and reports the survival it has seen across the run's requests (`survival`, shared)."""
+    and reports the survival it has seen across the run's requests (`survival`, shared). `costs`: what
+    a drafter that weighs proposals itself (mix) is built with, measured by the engine's owner."""
     if config.drafter in ("ngram", "ngram-fixed"):
-        drafter = NgramDrafter(config.ngram_min, config.ngram_max, verify_ratios=None, survival=survival)
+        options = drafter_options(config.drafter, config.drafter_options)
+        drafter = NgramDrafter(options.ngram_min, options.ngram_max, verify_ratios=None, survival=survival)
         drafter.name = config.drafter
         return drafter
-    return make_drafter(config.drafter, lm, config)
+    return make_drafter(config.drafter, lm, config, costs)
 
 
 @dataclass
@@ -98,11 +103,13 @@ class ServingEngine:
     """Serves requests on one target model with one scheduler; `step()` advances every active request."""
 
     def __init__(self, lm: LoadedModel, scheduler: Scheduler, costs: CostTable | None = None,
-                 force_ar: bool = False, clock=time.perf_counter, make_drafter=None) -> None:
+                 force_ar: bool = False, clock=time.perf_counter, make_drafter=None,
+                 drafter_costs: DraftCosts | None = None) -> None:
         """make_drafter(lm, config, survival): each request's drafter; default `serving_drafter` (drafts
-        as far as it can, the scheduler cuts). The app's server passes decode's own drafters instead."""
+        as far as it can, the scheduler cuts; built with `drafter_costs`, measured by the caller, where
+        a drafter weighs proposals itself). The app's server passes decode's own drafters instead."""
         self.lm = lm
-        self.make_drafter = make_drafter or serving_drafter
+        self.make_drafter = make_drafter or (lambda lm_, config, survival: serving_drafter(lm_, config, survival, drafter_costs))
         self.piecer = Piecer(lm.tokenizer)
         self.scheduler = scheduler
         self.costs = costs
@@ -129,7 +136,7 @@ class ServingEngine:
                 raise SpecDecError("the prompt is empty")
             if config.mode not in ("ar", "spec"):
                 raise SpecDecError(f"serving decodes ar or spec, not {config.mode!r}")
-            config.validate(self.lm, len(ids))
+            check(config, self.lm, len(ids))
             request.prompt_ids = ids
         except SpecDecError as err:
             request.error = str(err)

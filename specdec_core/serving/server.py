@@ -14,6 +14,7 @@ from typing import Iterator
 
 from ..decode import GenerationConfig, GenerationResult, result_of
 from ..drafters import make_drafter
+from ..generation import drafter_costs
 from ..errors import SpecDecError
 from ..models import LoadedModel
 from ..trace import StepEvent
@@ -24,8 +25,9 @@ MODES = ("ar", "spec")  # what the engine batches; nar and jacobi run their own 
 
 
 def decode_drafter(lm: LoadedModel, config: GenerationConfig, survival=None):
-    """A request's drafter exactly as `decode.generate` builds it (the drafter keeps its own verify length)."""
-    return make_drafter(config.drafter, lm, config)
+    """A request's drafter exactly as `generation.generate` builds it (the drafter keeps its own verify length),
+    with this machine's costs (measured at the first request that needs them, then reused by the process)."""
+    return make_drafter(config.drafter, lm, config, drafter_costs(lm, config.drafter))
 
 
 class BatchServer:

@@ -43,6 +43,7 @@ from safetensors.torch import load_file, save_file
 
 from ..decode import GenerationConfig
 from ..errors import SpecDecError
+from ..provenance import git_commit
 from ..llama import depth_layer
 from ..models import LoadedModel, cache_dir, sha256_file
 from ..serving import ServingEngine, make_scheduler
@@ -250,7 +251,6 @@ def make_shard(lm: LoadedModel, plan: ShardPlan, config: DataConfig, folder: Pat
 
 
 def machine(lm: LoadedModel) -> dict:
-    from ..bench import git_commit
     return {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
             "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""), "torch": torch.__version__,
             "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}

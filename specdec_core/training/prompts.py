@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..bench import load_prompts
 from ..errors import SpecDecError
+from ..suite import PROMPTS_DIR, load_prompts
 
 CATEGORIES = ("chat", "qa", "how-to", "story", "code", "math", "translation", "summarisation")
 LANGUAGES = ("en", "zh")
 LANGUAGE_PATTERN = ("en", "en", "zh")  # the order within a category: about two thirds English
-EVAL_DIR = Path(__file__).resolve().parent.parent / "prompts"
+EVAL_DIR = PROMPTS_DIR
 OVERLAP_THRESHOLD = 0.5  # a training prompt sharing this much of its 3-grams with an eval prompt is refused
 
 # Every {name} in a template takes each value of FILLERS[name]: a template yields the product.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .experiments import CACHE_VERSION
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUTPUTS_DIR = ROOT / "lessons" / "outputs"
 LESSON_GLOB = "[0-9][0-9]-*.md"
 # A code cell in Jupytext MyST: ```{code-cell} python ... ``` (option lines are part of the fence's body).

@@ -41,19 +41,20 @@ from pathlib import Path
 
 import torch
 
-from ..bench import PromptCase, load_prompts
-from ..decode import GenerationConfig, generate
+from ..suite import PROMPTS_DIR, PromptCase, load_prompts
+from ..decode import GenerationConfig
 from ..drafters import Draft
 from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
-from .costs import CostTable, measure_cost_table
-from .engine import Request, ServingEngine
-from .schedulers import Candidate, make_scheduler
+from ..serving.costs import CostTable, measure_cost_table
+from ..generation import drafter_costs, generate
+from ..serving.engine import Request, ServingEngine, serving_drafter
+from ..serving.schedulers import Candidate, make_scheduler
 
 SCHEMES = ("ar", "spec-fixed", "spec-confidence", "spec-hardware")  # the default run
 EXTRA_SCHEMES = ("spec-budget",)  # on request: the deployed variant (b) of the hardware scheduler
 WORKLOAD_CATEGORIES = ("chat", "qa", "copy")
-PROMPTS_FILE = Path(__file__).resolve().parent.parent / "prompts" / "suite.jsonl"
+PROMPTS_FILE = PROMPTS_DIR / "suite.jsonl"
 
 
 @dataclass
@@ -118,7 +119,8 @@ def scheme_config(scheme: str, cfg: LoadConfig) -> tuple[GenerationConfig, str]:
 def run_level(lm: LoadedModel, scheme: str, concurrency: int, cases: list[PromptCase], cfg: LoadConfig,
               costs: CostTable, progress=None) -> tuple[list[Request], ServingEngine]:
     config, scheduler = scheme_config(scheme, cfg)
-    engine = ServingEngine(lm, make_scheduler(scheduler, cfg.threshold), costs, force_ar=cfg.force_ar)
+    engine = ServingEngine(lm, make_scheduler(scheduler, cfg.threshold), costs, force_ar=cfg.force_ar,
+                           drafter_costs=drafter_costs(lm, cfg.drafter))
     total = cfg.requests_per_level * concurrency
     order = [cases[i % len(cases)] for i in range(total)]
     start = engine.clock()
@@ -308,7 +310,8 @@ def run_load_test(lm: LoadedModel, cfg: LoadConfig, bar=None, prompts: Path = PR
     cfg.validate()
     started = time.perf_counter()
     cases = workload(prompts, seed=cfg.seed)
-    costs = costs or measure_cost_table(lm, drafters=(cfg.drafter,) if cfg.drafter.startswith("ngram") else ())
+    timed = {cfg.drafter: serving_drafter(lm, scheme_config("spec-fixed", cfg)[0])} if cfg.drafter.startswith("ngram") else {}
+    costs = costs or measure_cost_table(lm, drafters=timed)
     cost_s = time.perf_counter() - started
     used = {cases[i % len(cases)].id: cases[i % len(cases)] for i in range(cfg.requests_per_level * max(cfg.concurrency))}
     references = reference_outputs(lm, list(used.values()), cfg.max_new_tokens)

@@ -10,7 +10,7 @@ drafts each verifies this step, how many of those survive. Two layouts handle th
 
 On a CPU the linears are most of a forward, so packing makes a step's cost a function of the total
 tokens verified: a request verifying 8 copied drafts next to fifteen plain requests costs 23 token
-rows, not 16 × 9 = 144 (the cost table, `costs.py`, is keyed by total tokens for that reason).
+rows, not 16 × 9 = 144 (the cost table, `serving/costs.py`, is keyed by total tokens for that reason).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 
-from .. import llama
+from . import llama
 
 
 class RaggedCache:

@@ -1,12 +1,18 @@
-"""The `load-test` and `profile --serving` commands (argparse namespace in, JSON file out)."""
+"""The `load-test` and `profile` commands (argparse namespace in, printed table and JSON file out)."""
 from __future__ import annotations
 
 import json
 import sys
 
 from ..errors import SpecDecError, ensure_writable
-from .costs import CostTable, measure_cost_table
+from ..costmodel import measure_cost_model
+from ..decode import GenerationConfig
+from ..generation import drafter_factory
+from ..serving.engine import serving_drafter
+from ..serving.costs import CostTable, measure_cost_table
 from .loadtest import LoadConfig, dumps, matched_summary, run_load_test, workload
+
+PROFILED_DRAFTERS = ("ngram", "early-exit")  # whose draft step `profile` times (c in the lab and the lessons)
 
 
 def run_load_test_command(args) -> None:
@@ -85,15 +91,45 @@ def run_serving_profile(args) -> None:
     from tqdm import tqdm
 
     from ..models import load_model
-    from .costs import TOKENS_PER_ROW
+    from ..serving.costs import TOKENS_PER_ROW
 
     if args.out:
         ensure_writable(args.out)
     lm = load_model(args.model, args.device, args.dtype)
     with tqdm(total=(args.repeats + 1) * len(args.rows) * len(TOKENS_PER_ROW), desc="serving costs", unit="fwd") as bar:
-        costs = measure_cost_table(lm, rows=tuple(args.rows), repeats=args.repeats, progress=bar.update)
+        ngram = serving_drafter(lm, GenerationConfig(mode="spec", drafter="ngram"))  # the drafter a serving step times
+        costs = measure_cost_table(lm, rows=tuple(args.rows), repeats=args.repeats, drafters={"ngram": ngram},
+                                   progress=bar.update)
     print(f"{costs.machine}: packed forward seconds by requests x total tokens")
     for g in costs.grid:
         print(f"{g['rows']:4d} requests  {g['tokens']:4d} tokens  {1000 * g['seconds']:8.1f} ms")
     if args.out:
         costs.save(args.out)
+
+
+def run_profile(args) -> None:
+    """`profile`: print and optionally save the cost model of one-request forwards."""
+    from tqdm import tqdm
+
+    from ..models import load_model
+
+    lm = load_model(args.model, args.device, args.dtype)
+    total = (args.repeats + 1) * len(args.tokens) * len(args.batch)
+    with tqdm(total=total, desc="forward timings", unit="fwd") as bar:
+        cm = measure_cost_model(lm, args.tokens, args.batch, args.repeats, progress=bar.update,
+                                drafters={name: drafter_factory(lm, name) for name in PROFILED_DRAFTERS})
+    one = cm.seconds(1)
+    print(f"{cm.model} on {cm.device} ({cm.dtype}, {cm.threads} threads), context {cm.context_len}")
+    print("batch  tokens  ms/forward  x(1-token)  ms/token")
+    for row in sorted(cm.forward_s, key=lambda r: (r["batch"], r["tokens"])):
+        t, b, s = row["tokens"], row["batch"], row["seconds"]
+        print(f"{b:5d}  {t:6d}  {1000 * s:10.1f}  {s / cm.seconds(1, b):10.2f}  {1000 * s / (t * b):8.2f}")
+    for name, s in cm.draft_step_s.items():
+        print(f"draft step {name}: {1000 * s:.2f} ms  ->  c = {cm.c(name):.3f}")
+    roof = cm.roofline_tokens_per_s()
+    print(f"copy bandwidth {cm.bandwidth_gb_s:.1f} GB/s; weights {cm.weight_bytes / 1e6:.0f} MB; "
+          f"roofline AR <= {roof:.1f} tok/s; measured 1-token forward {1 / one:.1f} tok/s "
+          f"({100 * (1 / one) / roof:.0f}% of roofline)" if roof else "")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(cm.to_json())

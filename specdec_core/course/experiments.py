@@ -14,11 +14,14 @@ from typing import Callable
 import torch
 import transformers
 
-from .errors import SpecDecError
-from .decode import GenerationConfig, generate
-from .drafters.weights import shipped
-from .metrics import conditional_acceptance, pooled_per_position, positional_matches
-from .models import LoadedModel, cache_dir, load_model
+from ..errors import SpecDecError
+from ..decode import GenerationConfig
+from ..drafters import OPTION_NAMES
+from ..drafters.weights import shipped
+from ..metrics import conditional_acceptance, pooled_per_position, positional_matches
+from ..models import LoadedModel, cache_dir, load_model
+from ..generation import generate
+from ..suite import PROMPTS_DIR
 
 CACHE_VERSION = 6  # bump when an experiment's definition or the engine's kernels change
 
@@ -29,7 +32,7 @@ COPY_PROMPT = ("Repeat the following paragraph exactly, word for word:\n\n"
 STORY_PROMPT = "Write a short story about a lighthouse keeper who finds a mysterious bottle on the beach."
 CHAT_PROMPTS = ("What are three tips for staying focused while studying?",
                 "Explain why the sky is blue in simple words.")
-PROMPTS_FILE = Path(__file__).resolve().parent / "prompts" / "suite.jsonl"
+PROMPTS_FILE = PROMPTS_DIR / "suite.jsonl"
 
 
 def suite_prompts(category: str, n: int) -> tuple[str, ...]:
@@ -62,6 +65,12 @@ class Experiment:
     weights: bool = False  # reads the shipped drafter weights: their checksums join the cache fingerprint
 
 
+def _spec_config(**config) -> GenerationConfig:
+    """A spec config from flat keywords (an experiment's recorded settings): drafter knobs go to drafter_options."""
+    options = {name: config.pop(name) for name in OPTION_NAMES if name in config}
+    return GenerationConfig(mode="spec", drafter_options=options, **config)
+
+
 def _tau(lm: LoadedModel, prompts, **config) -> tuple[float, dict]:
     """Mean accepted length over prompts: all decode tokens / all decode forwards."""
     r = _pooled_spec(lm, prompts, **config)
@@ -71,7 +80,7 @@ def _tau(lm: LoadedModel, prompts, **config) -> tuple[float, dict]:
 def _speedup(lm: LoadedModel, prompt: str, repeats: int = 3, **config) -> tuple[float, dict]:
     """Median AR wall time / median spec wall time, runs interleaved (A B A B ...) after a warm-up."""
     ar_cfg = GenerationConfig(mode="ar", max_new_tokens=64)
-    spec_cfg = GenerationConfig(mode="spec", max_new_tokens=64, **config)
+    spec_cfg = _spec_config(max_new_tokens=64, **config)
     generate(lm, prompt, ar_cfg)  # warm-up
     ar_t, spec_t, identical = [], [], True
     for _ in range(repeats):
@@ -108,7 +117,7 @@ def _early_exit(lm: LoadedModel) -> tuple[float, dict]:
 
 
 def _verify_cost(lm: LoadedModel) -> tuple[float, dict]:
-    from .costmodel import measure_forward_times
+    from ..costmodel import measure_forward_times
     rows = {r["tokens"]: r["seconds"] for r in measure_forward_times(lm, tokens=(1, 5), repeats=7)}
     return rows[5] / rows[1], {"one_token_s": rows[1], "five_tokens_s": rows[5]}
 
@@ -132,7 +141,7 @@ def _identity(lm: LoadedModel) -> tuple[float, dict]:
 
 def _forward_ratio(lm: LoadedModel, tokens: int, batch: int = 1) -> tuple[float, dict]:
     """Time of a forward over `tokens` new tokens / a 1-token forward, at batch 1 and at `batch`."""
-    from .costmodel import measure_forward_times
+    from ..costmodel import measure_forward_times
     batches = sorted({1, batch})
     rows = {(r["tokens"], r["batch"]): r["seconds"]
             for r in measure_forward_times(lm, tokens=(1, tokens), batch_sizes=tuple(batches), repeats=9)}
@@ -151,7 +160,7 @@ def _pooled_spec(lm: LoadedModel, prompts, seeds=(0,), **config) -> dict:
         for seed in seeds:
             # One random stream per (prompt, seed): the same seed on every prompt would repeat the same
             # draws (sim's hits, sampled tokens) and make the prompts no independent sample at all.
-            m = generate(lm, prompt, GenerationConfig(mode="spec", max_new_tokens=64, seed=100 * seed + i, **config)).metrics
+            m = generate(lm, prompt, _spec_config(max_new_tokens=64, seed=100 * seed + i, **config)).metrics
             pooled["forwards"] += m["target_forwards"]
             pooled["tokens"] += m["mean_acceptance_length"] * m["target_forwards"]
             pooled["drafting_steps"] += m["num_drafts"]
@@ -214,8 +223,8 @@ def _sampling_acceptance(lm: LoadedModel) -> tuple[float, dict]:
     p at temperature 1.0 (what the user asked for), q at temperature 0.7 (a drafter that agrees with
     the target but samples colder). Measured acceptance vs β = Σ min(p, q), and the first emitted
     token's frequencies vs p (they must match p, not q)."""
-    from .sampling import SamplingParams, first_token_counts, logits_to_probs, verify_sampled
-    from .target import Target
+    from ..sampling import SamplingParams, first_token_counts, logits_to_probs, verify_sampled
+    from ..target import Target
 
     target = Target(lm)
     logits = target.forward(target.new_cache(), lm.encode(CHAT_PROMPTS[0]), last_only=True).logits[-1]
@@ -236,7 +245,7 @@ def _batching_gain(lm: LoadedModel, concurrency: int = 8, rounds: int = 2, new_t
     requests in flight than with one. Levels interleaved (1, C, 1, C: machine noise hits both alike);
     each counts every token of its requests over their whole run, first arrival to last completion,
     prefills included. ~25 s on a slow 2-core CPU."""
-    from .serving.loadtest import LoadConfig, run_level, workload
+    from ..bench.loadtest import LoadConfig, run_level, workload
 
     cases = workload()
     pooled = {1: [0, 0.0], concurrency: [0, 0.0]}  # tokens, seconds
@@ -262,15 +271,15 @@ def _batching_gain(lm: LoadedModel, concurrency: int = 8, rounds: int = 2, new_t
 
 def shipped_drafters(model: str) -> tuple[str, ...]:
     """The trained drafters whose weights ship for `model` (entries of its weights manifest), in TRAINED order."""
-    from .drafters import TRAINED
+    from ..drafters import TRAINED
 
     return tuple(kind for kind in TRAINED if kind in shipped(model))
 
 
 def heldout_template_prompts(n: int) -> tuple[str, ...]:
     """The first n training-template prompts held out of every data run (`make-data` never trains on them)."""
-    from .training.data import is_heldout
-    from .training.prompts import training_prompts
+    from ..training.data import is_heldout
+    from ..training.prompts import training_prompts
 
     return tuple(p.text for p in training_prompts(0) if is_heldout(p, 0.05))[:n]
 
@@ -284,12 +293,12 @@ def _offline_survival(lm: LoadedModel, k: int = 4, new_tokens: int = 48) -> tupl
     trained drafter along the target's own greedy answers (48 tokens) to 6 held-out prompts of the
     training templates and to 4 chat, qa and story prompts of the suite. No timing: the same numbers on
     every run of the same machine. Value: eagle's s_1 on the suite prompts."""
-    from .drafters import module_vocab
-    from .drafters.weights import drafter_module
-    from .target import Target
-    from .training.batches import decoded_sequence
-    from .training.kinds import KINDS, layers_needed
-    from .training.train import evaluate
+    from ..drafters import module_vocab
+    from ..drafters.weights import drafter_module
+    from ..target import Target
+    from ..training.batches import decoded_sequence
+    from ..training.kinds import KINDS, layers_needed
+    from ..training.train import evaluate
 
     kinds = shipped_drafters(lm.name)
     if not kinds:

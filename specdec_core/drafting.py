@@ -1,16 +1,20 @@
-"""The one small interface every drafter implements (cf. transformers' CandidateGenerator).
+"""The one small interface every drafter implements (cf. transformers' CandidateGenerator), and the
+draft loop the model drafters share.
 
 A drafter proposes up to k tokens with their q-distributions, then observes what the target
-accepted. The decode loop knows nothing else about it, so adding a drafter touches no loop.
+accepted. The decode loop knows nothing else about it, so adding a drafter touches no loop. The
+interface lives in the core beside the loop that calls it; the drafters themselves (`drafters/`) sit
+one layer up and the loop never imports them.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from ..sampling import SamplingParams, logits_to_probs, penalise_repeats, sample
+from .sampling import SamplingParams, logits_to_probs, penalise_repeats, sample
 
 
 @dataclass
@@ -77,6 +81,26 @@ def choose_draft(logits: torch.Tensor, history: list[int], params: SamplingParam
     if dynamic_k is not None and float(q.max()) < dynamic_k:
         return None
     return (int(torch.argmax(q)) if params.greedy else sample(q, generator)), q
+
+
+def draft_chain(logits_at: Callable[[int, int], torch.Tensor], context: list[int], k: int, params: SamplingParams,
+                generator: torch.Generator, dynamic_k: float | None = None) -> tuple[list[int], list[torch.Tensor]]:
+    """The autoregressive draft loop every model drafter runs: up to k tokens, each chosen from the
+    drafter's full-vocabulary logits (V,) for position i given the token before it, `logits_at(i, prev)`
+    (prev = the context's last token at i = 0, else draft i-1). Called lazily, once per drafted position,
+    so a drafter never computes logits it will not use (nothing after the last draft, nothing after
+    dynamic k stops). Returns the drafted tokens and their q rows."""
+    tokens: list[int] = []
+    qs: list[torch.Tensor] = []
+    prev = context[-1]
+    for i in range(k):
+        chosen = choose_draft(logits_at(i, prev), context + tokens, params, generator, dynamic_k)
+        if chosen is None:
+            break
+        prev = chosen[0]
+        tokens.append(prev)
+        qs.append(chosen[1])
+    return tokens, qs
 
 
 def model_draft(tokens: list[int], qs: list[torch.Tensor]) -> Draft:

@@ -22,52 +22,21 @@ from pathlib import Path
 
 import torch
 
-from .costmodel import measured_verify_ratios
-from .errors import SpecDecError, ensure_writable
-from .decode import MODES, GenerationConfig, generate
-from .drafters import DRAFTERS, DraftNet, ReducedVocab
-from .drafters.draft import causal_lm
-from .drafters.weights import drafter_module
-from .metrics import matching_prefix, peak_rss_bytes, pooled_counts, pooled_per_position
-from .models import LoadedModel, load_model
-from .target import Target, synchronize
+from ..costmodel import measured_verify_ratios
+from ..errors import SpecDecError, ensure_writable
+from ..decode import MODES, GenerationConfig
+from ..drafters import DRAFTERS, DraftNet, ReducedVocab
+from ..drafters.draft import causal_lm
+from ..drafters.weights import drafter_module
+from ..generation import check, config_from_args, generate
+from ..metrics import matching_prefix, peak_rss_bytes, pooled_counts, pooled_per_position
+from ..models import LoadedModel, load_model
+from ..provenance import cpu_name, git_commit
+from ..suite import PromptCase, load_prompts
+from ..target import Target, synchronize
 
 HF_MODES = ("hf:ar", "hf:pld", "hf:assisted", "hf:assisted-default")
 NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is float noise, not a bug
-
-
-@dataclass
-class PromptCase:
-    id: str
-    category: str
-    turns: list[str]  # one user message, or several for multi-turn
-
-
-def load_prompts(path: Path) -> list[PromptCase]:
-    """Read a JSONL prompt suite; any problem names the file and line."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise SpecDecError(f"cannot read prompts file {path}: {err.strerror or err}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecDecError(f"prompts file {path} is not UTF-8")
-    cases = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-            turns = [item["prompt"]] if "prompt" in item else list(item["turns"])
-            if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
-                raise ValueError("empty prompt")
-            cases.append(PromptCase(str(item["id"]), str(item["category"]), turns))
-        except (ValueError, KeyError, TypeError) as err:
-            raise SpecDecError(f"{path}: line {number} is not a valid prompt object ({err})")
-    if not cases:
-        raise SpecDecError(f"prompts file {path} has no prompts")
-    return cases
 
 
 def parse_modes(text: str) -> list[str]:
@@ -248,32 +217,14 @@ def _geomean(values: list[float]) -> float:
 
 
 def environment(lm: LoadedModel) -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import transformers
     return {"model": lm.name, "commit": git_commit(), "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""),
-            "cpu": cpu, "threads": torch.get_num_threads(), "python": sys.version.split()[0],
+            "cpu": cpu_name(), "threads": torch.get_num_threads(), "python": sys.version.split()[0],
             "torch": torch.__version__, "transformers": transformers.__version__,
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             # d drafts -> verify cost / plain step, as measured at start-up by the cost-aware drafters
             "verify_ratios": measured_verify_ratios(lm)}
-
-
-def git_commit() -> str | None:
-    """The checkout's commit (with "-dirty" for uncommitted changes), so every result file names its code."""
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=Path(__file__).parent,
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def run_bench(args) -> dict:
@@ -289,12 +240,12 @@ def run_bench(args) -> dict:
     lm = load_model(args.model, args.device, args.dtype)
     sweeps = [(k, t) for k in args.k for t in args.temperature]
     for k, t in sweeps:  # validate every setting before the first long run
-        GenerationConfig.from_args(args, "spec", k, t).validate(lm, 1)
+        check(config_from_args(args, "spec", k, t), lm, 1)
     sweep = len(sweeps) > 1
     hf = HFRunner(lm)
     # Warm up every mode once (kernels, the assistant model, drafters' cost measurements), so no mode's
     # first measured run pays for it.
-    warm = replace(GenerationConfig.from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)
+    warm = replace(config_from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)
     for mode in modes:
         run_case(lm, hf, mode, cases[0], warm)
     results = []
@@ -303,7 +254,7 @@ def run_bench(args) -> dict:
         for case_index, case in enumerate(cases):
             for repeat in range(args.repeats):
                 for k, t in sweeps:
-                    config = GenerationConfig.from_args(args, "ar", k, t)
+                    config = config_from_args(args, "ar", k, t)
                     # Interleaved: every mode of this prompt, then the next prompt. The order rotates from
                     # one round to the next, so no mode always runs first or always after the same other.
                     shift = (case_index + repeat) % len(modes)

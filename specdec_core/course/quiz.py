@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import jsonschema
 import yaml
 
-from specdec_core.errors import SpecDecError
+from ..errors import SpecDecError
 
 if TYPE_CHECKING:  # only for the type hint; the real import is lazy (see quiz_widget)
     import ipywidgets
 
-QUIZ_DIR = Path(__file__).resolve().parent.parent / "lessons" / "quiz"
+QUIZ_DIR = Path(__file__).resolve().parents[2] / "lessons" / "quiz"
 SCHEMA_PATH = QUIZ_DIR / "schema.json"
 
 LANGS: tuple[str, ...] = ("zh", "en")

@@ -1,0 +1,90 @@
+"""The front door: `generate` and `stream` by drafter name.
+
+decode.py's loops take a built drafter; the drafters need this machine's measured costs when they
+weigh proposals (n-gram lookup, mix). This layer joins the two: it checks the config against the
+drafter it names, measures the costs that drafter needs (once per process, `costmodel.draft_costs`),
+builds it with them and hands the state to the loop.
+
+    result = generate(lm, "Rewrite: ...", GenerationConfig(mode="spec", drafter="ngram", k=4))
+    for event in stream(lm, prompt, config): ...
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from .costmodel import DraftCosts, draft_costs
+from .decode import DecodeState, GenerationConfig, GenerationResult, decode_events, new_state, run
+from .drafters import OPTION_NAMES, check_drafter, costs_needed, make_drafter
+from .drafting import Drafter
+from .errors import SpecDecError
+from .models import LoadedModel
+from .trace import StepEvent
+
+Prompt = str | list[int] | list[dict]
+
+
+def check(config: GenerationConfig, lm: LoadedModel, prompt_len: int) -> None:
+    """Raise SpecDecError with a one-line message for any bad setting, the drafter's own included."""
+    config.validate(lm, prompt_len)
+    if config.mode == "spec":
+        check_drafter(config.drafter, config.drafter_options, lm)
+
+
+def drafter_factory(lm: LoadedModel, name: str) -> Callable[[], Drafter]:
+    """Fresh `name` drafters as the cost model times them (greedy, k = 4, 8 new tokens; a cost-aware one
+    with the costs it weighs, measured first)."""
+    config = GenerationConfig(mode="spec", drafter=name, k=4, max_new_tokens=8)
+    return lambda: make_drafter(name, lm, config, drafter_costs(lm, name))
+
+
+def drafter_costs(lm: LoadedModel, name: str) -> DraftCosts | None:
+    """The measured costs drafter `name` is built with (None if it weighs nothing), measured the first
+    time a process asks and reused after that."""
+    needed = costs_needed(name)
+    if needed is None:
+        return None
+    return draft_costs(lm, {other: drafter_factory(lm, other) for other in needed})
+
+
+def build_drafter(lm: LoadedModel, config: GenerationConfig) -> Drafter | None:
+    """The request's drafter (None unless the mode is spec), with the costs it needs."""
+    if config.mode != "spec":
+        return None
+    return make_drafter(config.drafter, lm, config, drafter_costs(lm, config.drafter))
+
+
+def prepare(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False) -> DecodeState:
+    """Tokenise (chat template unless raw; token ids pass through), validate, and build the state."""
+    prompt_ids = list(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else lm.encode(prompt, raw)
+    if not prompt_ids:
+        raise SpecDecError("the prompt is empty")
+    check(config, lm, len(prompt_ids))
+    return new_state(lm, prompt_ids, config, build_drafter(lm, config))
+
+
+def stream(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False) -> Iterator[StepEvent]:
+    """Decode and yield each StepEvent as it happens (for live UIs)."""
+    state = prepare(lm, prompt, config, raw)
+    yield from decode_events(lm, state, config)
+
+
+def generate(lm: LoadedModel, prompt: Prompt, config: GenerationConfig | None = None, raw: bool = False,
+             progress=None) -> GenerationResult:
+    """Decode one prompt; return text, token ids, the full trace and its metrics.
+
+    `progress`, if given, is called with the number of new tokens after each step.
+    """
+    config = config or GenerationConfig()
+    return run(lm, prompt, prepare(lm, prompt, config, raw), config, progress)
+
+
+def config_from_args(args, mode: str, k: int | None = None, temperature: float | None = None) -> GenerationConfig:
+    """The config a command line asks for (argparse options of `cli.add_generation_options`): every
+    drafter's knobs ride along in drafter_options, and the drafter a mode names reads its own."""
+    return GenerationConfig(
+        mode=mode, drafter=args.drafter, k=args.k if k is None else k, dynamic_k=args.dynamic_k,
+        window=args.window, max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature if temperature is None else temperature, top_k=args.top_k, top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty, seed=args.seed, stop=tuple(args.stop),
+        drafter_options={name: getattr(args, name) for name in OPTION_NAMES})
+

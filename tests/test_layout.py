@@ -1,0 +1,93 @@
+"""The house: layers without circles or upward imports, and the size budgets README states."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check_layers = _script("check_layers")
+
+
+def test_no_import_circles_and_no_upward_imports():
+    result = check_layers.check(ROOT)
+    assert result["circles"] == [] and result["upward"] == [] and result["unplaced"] == [], result
+
+
+def test_the_layer_check_finds_a_circle_hidden_in_a_function_and_an_upward_import(tmp_path):
+    """The negative check: today's old circle in miniature (the loop importing the drafters inside a
+    function, the drafters importing the loop), and a core module reaching up into bench."""
+    package = tmp_path / "specdec_core"
+    (package / "drafters").mkdir(parents=True)
+    (package / "bench").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "errors.py").write_text("")
+    (package / "decode.py").write_text("def make():\n    from .drafters import make_drafter\n    return make_drafter\n")
+    (package / "drafters" / "__init__.py").write_text("from ..decode import make\n\ndef make_drafter():\n    pass\n")
+    (package / "bench" / "__init__.py").write_text("")
+    (package / "bench" / "run.py").write_text("X = 1\n")
+    (package / "metrics.py").write_text("from .bench.run import X\n")
+    result = check_layers.check(tmp_path)
+    assert result["circles"] == [["specdec_core.decode", "specdec_core.drafters"]]
+    assert ("specdec_core.decode", "specdec_core.drafters") in result["upward"]
+    assert ("specdec_core.metrics", "specdec_core.bench.run") in result["upward"]
+    assert ("specdec_core.metrics", "specdec_core.bench") in result["upward"]  # the package's __init__ runs too
+
+
+# --- budgets -------------------------------------------------------------------------------------
+
+BUDGET_LINE = re.compile(r"tracked tree ≤ (\d+) MB.*shipped drafter weights ≤ (\d+) MB")
+
+
+def budgets() -> tuple[int, int]:
+    """(tracked tree, shipped drafter weights) in bytes, from README's one budget line."""
+    matches = [BUDGET_LINE.search(line) for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()]
+    found = [m for m in matches if m]
+    assert len(found) == 1, "README must state the budgets in exactly one line"
+    return int(found[0][1]) * 10**6, int(found[0][2]) * 10**6
+
+
+def over_budget(sizes: dict[str, int], tree_budget: int, weights_budget: int) -> list[str]:
+    """What exceeds its budget: the tracked tree, and the drafter weights shipped in specdec_core/weights/."""
+    tree = sum(sizes.values())
+    weights = sum(size for path, size in sizes.items()
+                  if path.startswith("specdec_core/weights/") and path.endswith(".safetensors"))
+    problems = []
+    if tree > tree_budget:
+        problems.append(f"tracked tree {tree / 1e6:.1f} MB > {tree_budget / 1e6:.0f} MB")
+    if weights > weights_budget:
+        problems.append(f"drafter weights {weights / 1e6:.1f} MB > {weights_budget / 1e6:.0f} MB")
+    return problems
+
+
+def tracked_sizes() -> dict[str, int]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    paths = [p for p in out.decode().split("\0") if p]
+    return {p: (ROOT / p).stat().st_size for p in paths if (ROOT / p).is_file()}
+
+
+def test_tracked_tree_and_shipped_weights_fit_their_budgets():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: nothing is tracked")
+    assert over_budget(tracked_sizes(), *budgets()) == []
+
+
+def test_the_budget_check_fails_on_an_oversized_tree_and_oversized_weights():
+    tree_budget, weights_budget = budgets()
+    sizes = {"README.md": 1000, "specdec_core/weights/smollm2-135m/heads.safetensors": weights_budget + 1}
+    assert over_budget(sizes, tree_budget, weights_budget) == [
+        f"drafter weights {(weights_budget + 1) / 1e6:.1f} MB > {weights_budget / 1e6:.0f} MB"]
+    sizes["benchmarks/big.json"] = tree_budget
+    assert len(over_budget(sizes, tree_budget, weights_budget)) == 2
