@@ -20,9 +20,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-import common
-from common import t
-from load_view import shown_path
+from app import ROOT, widgets
+from app.language import t
+from app.load_view import shown_path
 from specdec_core.metrics import conditional_acceptance
 
 REGIMES = ("greedy", "sampled")
@@ -35,12 +35,12 @@ TAU_LABEL = re.compile(r"spec:(?P<drafter>[a-z-]+)@k=(?P<k>\d+),t=0")
 
 def calibration_path() -> Path:
     """The shipped calibration report (SPECDEC_APP_CALIBRATION overrides it, e.g. in tests)."""
-    return Path(os.environ.get("SPECDEC_APP_CALIBRATION") or common.ROOT / "benchmarks" / "block-calibration-cpu.json")
+    return Path(os.environ.get("SPECDEC_APP_CALIBRATION") or ROOT / "benchmarks" / "block-calibration-cpu.json")
 
 
 def tau_path() -> Path:
     """The shipped block vs block-parallel bench result (SPECDEC_APP_BLOCK_TAU overrides it)."""
-    return Path(os.environ.get("SPECDEC_APP_BLOCK_TAU") or common.ROOT / "benchmarks" / "block-tau-cpu.json")
+    return Path(os.environ.get("SPECDEC_APP_BLOCK_TAU") or ROOT / "benchmarks" / "block-tau-cpu.json")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,8 +176,8 @@ def tau_figure(runs: dict[str, dict], k: int) -> go.Figure:
         entry = runs[drafter]
         a = conditional_acceptance(entry["acceptance_per_pos"])
         tau = entry.get("mean_accepted_length")
-        name = common.drafter_label(drafter) + (t("lab_block_tau_suffix", tau=f"{tau:.2f}")
-                                                if isinstance(tau, (int, float)) else "")
+        name = widgets.drafter_label(drafter) + (t("lab_block_tau_suffix", tau=f"{tau:.2f}")
+                                                 if isinstance(tau, (int, float)) else "")
         fig.add_scatter(x=list(range(1, len(a) + 1)), y=a, mode="lines+markers", name=name,
                         line=dict(color=TAU_COLOURS[drafter], width=3, dash="dot" if drafter == "eagle" else "solid"),
                         marker=dict(size=9), hovertemplate="i=%{x}<br>aᵢ=%{y:.3f}<extra></extra>")
@@ -199,9 +199,9 @@ def show_calibration() -> None:
         return
     c = st.columns([2, 3])
     regimes = tuple(r for r in REGIMES if r in report)
-    # Translated labels: `common.choice` keeps a stale label from before a language switch out of the value.
-    regime = common.choice(c[0].radio, t("lab_calib_regime"), regimes, "lab_calib_regime",
-                           lambda r: t(f"lab_calib_regime_{r}"), horizontal=True)
+    # Translated labels: `widgets.choice` keeps a stale label from before a language switch out of the value.
+    regime = widgets.choice(c[0].radio, t("lab_calib_regime"), regimes, "lab_calib_regime",
+                            lambda r: t(f"lab_calib_regime_{r}"), horizontal=True)
     positions = report[regime]["positions"]
     by_j = {p["position"]: p for p in positions}
     j = c[1].select_slider(t("lab_calib_position"), list(by_j), key="lab_calib_position") if len(by_j) > 1 \

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from common import LANGS, ROOT, lang, t
+from app import ROOT
+from app.language import LANGS, lang, t
 from specdec_core import lesson_outputs
 
 LESSONS = ROOT / "lessons"

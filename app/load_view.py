@@ -15,8 +15,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-import common
-from common import t
+from app import ROOT
+from app.language import t
 
 from specdec_core.serving.costs import measure_cost_table
 from specdec_core.serving.loadtest import LoadConfig, run_load_test
@@ -32,12 +32,12 @@ LIVE_COSTS = {"rows": (1, 2, 4), "tokens_per_row": (1, 2, 5), "repeats": 1}
 
 def results_path() -> Path:
     """The shipped results (SPECDEC_APP_LOAD_RESULTS overrides it, e.g. in tests)."""
-    return Path(os.environ.get("SPECDEC_APP_LOAD_RESULTS") or common.ROOT / "benchmarks" / "load-cpu.json")
+    return Path(os.environ.get("SPECDEC_APP_LOAD_RESULTS") or ROOT / "benchmarks" / "load-cpu.json")
 
 
 def shown_path(path: Path) -> str:
     try:
-        return str(path.resolve().relative_to(common.ROOT))
+        return str(path.resolve().relative_to(ROOT))
     except ValueError:
         return str(path)
 

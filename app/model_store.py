@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import streamlit as st
 
-from common import t  # (importing common also puts the repository root on sys.path)
+from app.language import t
 
 import specdec_core as sd
 from specdec_core.serving.server import MODES as BATCHED_MODES, BatchServer

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import common`, `import model_store` from the views
+ROOT = str(Path(__file__).resolve().parent.parent)
+if ROOT not in sys.path:  # Streamlit runs this file and the views as scripts: the root makes `app.*` importable
+    sys.path.insert(0, ROOT)
 
-import common  # noqa: E402
-import model_store  # noqa: E402
+from app import language, model_store, tokens_html  # noqa: E402  (after the path fix)
 
 st.set_page_config(page_title="specdec-lab", page_icon="🍳", layout="wide")
-common.init_lang()
-t = common.t
+language.init_lang()
+t = language.t
 
 PAGES = [
     st.Page("views/home.py", title=t("nav_home"), icon="🏠", url_path="home", default=True),
@@ -33,8 +34,8 @@ PAGES = [
 ]
 
 page = st.navigation(PAGES)
-common.language_switch()
+language.language_switch()
 with st.sidebar:
     st.caption(t("sidebar_model", name=model_store.model_name()))
-    common.show_legend()
+    tokens_html.show_legend()
 page.run()

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import common  # noqa: F401  (importing common puts the repository root on sys.path)
-
 from specdec_core.metrics import pooled_counts, pooled_per_position
 
 

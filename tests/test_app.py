@@ -12,7 +12,6 @@ import json
 import re
 import shutil
 import string
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,6 @@ APP_DIR = ROOT / "app"
 APP = APP_DIR / "streamlit_app.py"
 TIMEOUT = 300  # seconds per script run: generous, the shared CI machine can be very slow
 LANES = ("ar", "nar", "jacobi", "spec")
-
-sys.path.insert(0, str(APP_DIR))
 
 
 # ------------------------------------------------------------------------------------ fixtures
@@ -214,7 +211,7 @@ def test_every_static_ui_key_used_in_the_app_exists():
 
 
 def test_every_drafter_of_the_registry_has_a_label():
-    """The app lists the engine's registry (`common.drafter_options`): each drafter needs its label."""
+    """The app lists the engine's registry (`widgets.drafter_options`): each drafter needs its label."""
     from specdec_core.drafters import DRAFTERS
 
     for lang in ("en", "zh"):
@@ -223,7 +220,7 @@ def test_every_drafter_of_the_registry_has_a_label():
 
 
 def test_myst_lesson_markup_becomes_streamlit_markdown():
-    import course
+    from app import course
 
     source = ("---\njupytext:\n  text_representation:\n    format_name: myst\n---\n\n# Title\n\n(goals)=\n"
               "## Goals\n\nSee {ref}`goals`.\n\n```{code-cell} python\n:tags: [hide-input]\nprint(1)\n```\n")
@@ -460,7 +457,7 @@ def test_inspector_shows_the_block_drafters_guess_markov_head_and_confidence():
     """A live run of the block drafter: each drafting step has a table of the backbone's guess, the
     drafted token after the Markov head, the calibrated confidence and the verdict, from the trace. A
     model drafter's confidence is a column of the main table instead."""
-    from common import visible
+    from app.tokens_html import visible
 
     en = _strings("en")
     at = open_page("inspector", "en")
@@ -524,7 +521,7 @@ def test_lab_runs_on_the_model_and_draws_theory_and_measurements():
 
 def test_survival_pools_the_per_position_counts_and_fits_alpha():
     """s_i = steps accepting >= i / steps offering >= i, pooled by counts; α = accepted / examined."""
-    import survival
+    from app import survival
     from specdec_core.metrics import compute_metrics
     from specdec_core.trace import StepEvent, Token, Trace
 
@@ -567,7 +564,7 @@ def _survival_from_metrics(runs: list[dict]) -> tuple[list[float], float, float]
 def test_lab_survival_plot_per_drafter_equals_the_runs_metrics(monkeypatch):
     """Each drafter run adds its measured survival curve (trained heads, mix, and sim whose numbers are
     far from 0 on tiny) beside αⁱ; the curves' numbers are those of the decode runs' own metrics."""
-    import model_store
+    from app import model_store
 
     runs: dict[str, list[dict]] = {}
     generate = model_store.generate
@@ -631,7 +628,7 @@ def test_lab_warns_when_a_trained_drafter_has_no_weights_yet(monkeypatch):
     warning; the lab page still works for every other drafter (it used to stop at the cost model)."""
     import threading
 
-    import model_store
+    from app import model_store
 
     problem = model_store.drafter_problem  # tiny has every drafter: pretend its `draft` file is missing
 
@@ -657,7 +654,7 @@ def test_drafter_problem_reads_the_weights_manifest(tmp_path, monkeypatch):
     manifest entry is missing, with the engine's one-line message; tiny's drafters never are."""
     from types import SimpleNamespace
 
-    import model_store
+    from app import model_store
     import specdec_core as sd
 
     monkeypatch.setattr(sd.drafters.weights, "WEIGHTS_DIR", tmp_path)
@@ -834,7 +831,7 @@ def test_pays_load_findings_in_the_other_cases(tmp_path, monkeypatch, levels, fi
 def test_spec_fixed_starts_to_lose_where_it_stays_below_ar():
     """A dip at a low level that recovers (e.g. that level's few requests had nothing to copy) is not
     where fixed drafting starts to lose: that is the level from which it stays below."""
-    import load_view
+    from app import load_view
 
     def results(fixed: list[float]) -> dict:
         ar = [10.0, 20.0, 30.0, 40.0]
@@ -930,7 +927,7 @@ def test_quiz_predict_then_run_shows_prediction_and_measurement():
 # ------------------------------------------------------------------------------------ lessons
 
 def test_lessons_render_every_lesson_without_myst_markup():
-    import course
+    from app import course
 
     at = open_page("lessons", "en")
     stems = course.lesson_stems()

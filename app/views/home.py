@@ -1,10 +1,8 @@
 """Home: parallel decoding through a kitchen, a map of the app, the model's status."""
 import streamlit as st
 
-import common
-import course
-import model_store
-from common import t
+from app import course, model_store
+from app.language import t
 
 import specdec_core as sd
 

@@ -3,9 +3,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-import common
-import model_store
-from common import t, visible
+from app import model_store, tokens_html, trace_store, widgets
+from app.language import t
+from app.tokens_html import visible
 
 import specdec_core as sd
 
@@ -15,32 +15,33 @@ st.markdown(t("insp_intro"))
 ss = st.session_state
 SOURCES = ("example", "live")
 source = st.radio(t("insp_source"), SOURCES, horizontal=True, key="insp_source",
-                  format_func=common.labels(SOURCES, lambda s: t(f"insp_source_{s}")))
+                  format_func=widgets.labels(SOURCES, lambda s: t(f"insp_source_{s}")))
 
 trace = None
 if source == "example":
-    index = [e for e in common.load_index() if e.get("lanes", {}).get("spec")]
+    index = [e for e in trace_store.load_index() if e.get("lanes", {}).get("spec")]
     if not index:
         st.info(t("insp_no_examples"))
     else:
         by_id = {e["id"]: e for e in index}
-        chosen = common.selectbox(st, t("race_example"), by_id, "insp_example", lambda i: common.example_title(by_id[i]))
+        chosen = widgets.selectbox(st, t("race_example"), by_id, "insp_example",
+                                   lambda i: trace_store.example_title(by_id[i]))
         try:
-            trace = common.load_trace(common.traces_dir() / by_id[chosen]["lanes"]["spec"])
+            trace = trace_store.load_trace(trace_store.traces_dir() / by_id[chosen]["lanes"]["spec"])
         except sd.SpecDecError as err:
             st.warning(t("bad_trace", lane=t("lane_spec"), cause=str(err)))
 else:
     ss.setdefault("insp_prompt", t("insp_default_prompt"))
     prompt = st.text_area(t("race_prompt"), key="insp_prompt", height=80)
     c = st.columns(5)
-    drafter = common.selectbox(c[0], t("drafter"), common.drafter_options("sim"), "insp_drafter", common.drafter_label)
+    drafter = widgets.selectbox(c[0], t("drafter"), widgets.drafter_options("sim"), "insp_drafter", widgets.drafter_label)
     k = c[1].slider("k", 1, 16, 4, key="insp_k", help=t("k_help"))
     temperature = c[2].slider(t("temperature"), 0.0, 1.5, 0.8, 0.05, key="insp_temp", help=t("temperature_help"))
     hit_rate = c[3].slider(t("hit_rate"), 0.0, 1.0, 0.6, 0.05, key="insp_hit", help=t("hit_rate_help"),
                            disabled=drafter != "sim")
     max_new = c[4].slider(t("max_new_tokens"), 8, 96, 32, 8, key="insp_max_new")
     seed = st.number_input(t("seed"), 0, 10_000, 0, key="insp_seed")
-    empty = common.prompt_hint(prompt)
+    empty = widgets.prompt_hint(prompt)
     if st.button(t("insp_run"), type="primary", disabled=empty, key="insp_run"):
         lm = model_store.require_model()
         if model_store.check_prompt(lm, prompt) is not None:
@@ -62,7 +63,7 @@ if not steps:
     st.stop()
 
 greedy = float(trace.config.get("temperature", 0.0)) == 0.0
-st.caption(t("insp_run_cfg", drafter=common.drafter_label(trace.drafter or "?"), k=trace.config.get("k"),
+st.caption(t("insp_run_cfg", drafter=widgets.drafter_label(trace.drafter or "?"), k=trace.config.get("k"),
              temperature=trace.config.get("temperature"), model=trace.model, steps=len(steps)))
 sources = {}  # `mix`: which drafter proposed how many steps (None: a plain step, no drafts)
 for s in steps:
@@ -70,7 +71,7 @@ for s in steps:
         sources[s.draft_source] = sources.get(s.draft_source, 0) + 1
 if sources:
     plain = sum(not s.drafted for s in steps)
-    counts = ", ".join(f"{common.drafter_label(name)}: {n}" for name, n in sources.items())
+    counts = ", ".join(f"{widgets.drafter_label(name)}: {n}" for name, n in sources.items())
     st.caption(t("insp_mix_sources", sources=counts, plain=plain))
 
 # ------------------------------------------------------------------ step navigation
@@ -104,15 +105,15 @@ st.markdown(f"### {t('insp_step_h', i=ss.insp_step, n=len(steps), forwards=step.
 # The text so far (prefill + earlier steps), then this step's drafts, verdicts and extra token.
 before = [tok for s in trace.steps[: where[ss.insp_step - 1]] for tok in s.emitted]
 context = "".join(tok.piece for tok in before[-60:])
-spans = [common.plain_span(("…" if len(before) > 60 else "") + context)] if context else []
-spans += common.spec_step_spans(step, show_rejected=True)
-st.markdown(common.token_line(spans), unsafe_allow_html=True)
+spans = [tokens_html.plain_span(("…" if len(before) > 60 else "") + context)] if context else []
+spans += tokens_html.spec_step_spans(step, show_rejected=True)
+st.markdown(tokens_html.token_line(spans), unsafe_allow_html=True)
 
 if not step.drafted:
     st.info(t("insp_no_draft_mix") if sources else t("insp_no_draft"))
 else:
     if step.draft_source and step.draft_source != trace.drafter:  # `mix` chose this step's drafter
-        st.caption(t("insp_draft_source", source=common.drafter_label(step.draft_source)))
+        st.caption(t("insp_draft_source", source=widgets.drafter_label(step.draft_source)))
     n = len(step.drafted)
 
     def verdict(i: int) -> str:
@@ -154,7 +155,7 @@ else:
     extra = step.extra
     if extra is not None:
         kind = step.extra_kind or "correction"
-        st.markdown(t(f"insp_extra_{kind}", token=common.token_span(extra.piece, kind), p=f"{extra.prob or 0:.3f}"),
+        st.markdown(t(f"insp_extra_{kind}", token=tokens_html.token_span(extra.piece, kind), p=f"{extra.prob or 0:.3f}"),
                     unsafe_allow_html=True)
     st.caption(t("insp_rule_greedy") if greedy else t("insp_rule_sampling"))
 
@@ -226,4 +227,4 @@ else:
         st.plotly_chart(res, width="stretch", key="insp_residual")
         st.caption(t("insp_residual_note", token=visible(step.extra.piece) if step.extra else "?"))
 
-common.show_legend()
+tokens_html.show_legend()

@@ -4,11 +4,8 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
-import calibration_view
-import common
-import model_store
-import survival
-from common import t
+from app import calibration_view, lab_prompts, model_store, survival, widgets
+from app.language import t
 
 import specdec_core as sd
 
@@ -22,12 +19,12 @@ st.title(t("lab_title"))
 st.markdown(t("lab_intro"))
 st.caption(t("lab_benchmarks"))
 
-prompts = common.prompts_by_category()
+prompts = lab_prompts.prompts_by_category()
 categories = sorted(prompts)
 
 # ------------------------------------------------------------------ settings
 c = st.columns(4)
-drafter = common.selectbox(c[0], t("drafter"), common.drafter_options("sim"), "lab_drafter", common.drafter_label)
+drafter = widgets.selectbox(c[0], t("drafter"), widgets.drafter_options("sim"), "lab_drafter", widgets.drafter_label)
 category = c[1].selectbox(t("lab_category"), categories, key="lab_category")
 temperature = c[2].slider(t("temperature"), 0.0, 1.5, 0.0, 0.05, key="lab_temp", help=t("temperature_help"))
 max_new = c[3].slider(t("max_new_tokens"), 16, 96, 32, 8, key="lab_max_new")
@@ -61,7 +58,7 @@ if cm is None:
 c_ratio = cm.c(drafter)
 problem = model_store.drafter_problem(lm, sd.drafters.MIX_MODEL if drafter == "mix" else drafter)
 if problem:  # a trained drafter whose weights are not there yet
-    st.warning(t("drafter_unavailable", drafter=common.drafter_label(drafter), cause=problem))
+    st.warning(t("drafter_unavailable", drafter=widgets.drafter_label(drafter), cause=problem))
     run = False
 
 
@@ -130,7 +127,7 @@ if result:
         }
     pooled_drafted = sum(a["drafted"] for a in result["per_k"].values())
     pooled_alpha = sum(a["accepted"] for a in result["per_k"].values()) / pooled_drafted if pooled_drafted else 0.0
-    st.success(t("lab_result_h", drafter=common.drafter_label(result["drafter"]), category=result["category"],
+    st.success(t("lab_result_h", drafter=widgets.drafter_label(result["drafter"]), category=result["category"],
                  prompts=result["prompts"], temperature=result["temperature"], alpha=f"{pooled_alpha:.3f}"))
     if not sim_alpha and abs(pooled_alpha - alpha) > 1e-9:
         def _use_measured():
@@ -194,8 +191,8 @@ if curves:
     st.subheader(t("lab_survival_h"))
     c = st.columns([4, 1])
     alpha_source = c[0].radio(t("lab_survival_alpha"), ALPHA_SOURCES, horizontal=True, key="lab_survival_alpha",
-                              format_func=common.labels(ALPHA_SOURCES, lambda a: t(f"lab_survival_alpha_{a}",
-                                                                                   alpha=f"{alpha:.2f}")))
+                              format_func=widgets.labels(ALPHA_SOURCES, lambda a: t(f"lab_survival_alpha_{a}",
+                                                                                    alpha=f"{alpha:.2f}")))
 
     def _clear_curves():
         ss.lab_survival = {}
@@ -205,7 +202,7 @@ if curves:
     longest, idle = [], []
     for (run_key, sv), colour in zip(curves.items(), SURVIVAL_COLOURS):
         name, cat, temp, hit = run_key
-        label = t("lab_survival_run", drafter=common.drafter_label(name), category=cat, temperature=temp)
+        label = t("lab_survival_run", drafter=widgets.drafter_label(name), category=cat, temperature=temp)
         label += t("lab_survival_run_hit", hit=hit) if hit is not None else ""
         pos = sv.positions
         if not pos:  # the drafter never proposed anything (every step was a plain one)

@@ -2,12 +2,11 @@
 notebook and its quiz; and the glossary."""
 import streamlit as st
 
-import common
-import course
-from common import t
+from app import ROOT, course, language, widgets
+from app.language import t
 
 ss = st.session_state
-lang = common.lang()
+lang = language.lang()
 
 st.title(t("lessons_title"))
 stems = course.lesson_stems()
@@ -19,8 +18,8 @@ pages = stems + [course.GLOSSARY]
 wanted = st.query_params.get("lesson")
 if wanted in pages and "lessons_pick" not in ss:
     ss.lessons_pick = wanted
-stem = common.selectbox(st, t("lessons_pick"), pages, "lessons_pick",
-                        lambda s: "📖 " + t("lessons_glossary") if s == course.GLOSSARY else f"{s[:2]} · {course.lesson_title(s)}")
+stem = widgets.selectbox(st, t("lessons_pick"), pages, "lessons_pick",
+                         lambda s: "📖 " + t("lessons_glossary") if s == course.GLOSSARY else f"{s[:2]} · {course.lesson_title(s)}")
 
 path, used = course.lesson_file(stem)
 if path is None:
@@ -32,12 +31,12 @@ source = path.read_text(encoding="utf-8")
 
 if stem == course.GLOSSARY:
     st.markdown(course.myst_to_markdown(source), unsafe_allow_html=True)
-    st.caption(t("lessons_source", path=str(path.relative_to(common.ROOT))))
+    st.caption(t("lessons_source", path=str(path.relative_to(ROOT))))
     st.stop()
 
 top = st.columns([3, 2, 2])
-notebook = common.ROOT / "notebooks" / used / f"{stem}.ipynb"
-rel = notebook.relative_to(common.ROOT)
+notebook = ROOT / "notebooks" / used / f"{stem}.ipynb"
+rel = notebook.relative_to(ROOT)
 with top[0]:
     st.markdown(t("lessons_notebook", path=str(rel)))
 if notebook.is_file():
@@ -62,4 +61,4 @@ if sections:
 st.divider()
 course.show_lesson(source, used, stem)
 st.divider()
-st.caption(t("lessons_source", path=str(path.relative_to(common.ROOT))))
+st.caption(t("lessons_source", path=str(path.relative_to(ROOT))))

@@ -6,10 +6,8 @@ import dataclasses
 import plotly.graph_objects as go
 import streamlit as st
 
-import common
-import load_view
-import model_store
-from common import t
+from app import load_view, model_store, widgets
+from app.language import t
 
 import specdec_core as sd
 
@@ -93,7 +91,7 @@ def forward_time_section() -> None:
     st.subheader(t("pays_speedup_h"))
     max_tokens = max(r["tokens"] for r in rows)
     c = st.columns(3)
-    drafter = common.selectbox(c[0], t("drafter"), common.drafter_options("ngram"), "pays_drafter", common.drafter_label)
+    drafter = widgets.selectbox(c[0], t("drafter"), widgets.drafter_options("ngram"), "pays_drafter", widgets.drafter_label)
     alpha = c[1].slider("α", 0.0, 0.99, 0.7, 0.01, key="pays_alpha", help=t("lab_alpha_help"))
     k = c[2].slider("k", 1, max(1, max_tokens - 1), min(4, max(1, max_tokens - 1)), key="pays_k",
                     help=t("pays_k_help", max=max_tokens - 1), disabled=max_tokens < 2)

@@ -2,16 +2,14 @@
 run their experiment on the model after the learner answers."""
 import streamlit as st
 
-import common
-import course
-import model_store
-from common import t
+from app import course, language, model_store, widgets
+from app.language import t
 
 import specdec_core as sd
 from specdec_core import quiz
 
 ss = st.session_state
-lang = common.lang()
+lang = language.lang()
 
 st.title(t("quiz_title"))
 st.markdown(t("quiz_intro"))
@@ -28,10 +26,10 @@ if ss.get("quiz_lesson") not in (None, "all", *lessons):
 c = st.columns([3, 2, 2])
 LESSONS = ["all", *lessons]
 DIFFICULTIES = ["all", "easy", "mid", "hard"]
-lesson = common.selectbox(c[0], t("quiz_lesson"), LESSONS, "quiz_lesson",
-                          lambda s: t("all") if s == "all" else f"{s[:2]} · {course.lesson_title(s)}")
-difficulty = common.selectbox(c[1], t("quiz_difficulty"), DIFFICULTIES, "quiz_difficulty",
-                              lambda d: t("all") if d == "all" else t(f"difficulty_{d}"))
+lesson = widgets.selectbox(c[0], t("quiz_lesson"), LESSONS, "quiz_lesson",
+                           lambda s: t("all") if s == "all" else f"{s[:2]} · {course.lesson_title(s)}")
+difficulty = widgets.selectbox(c[1], t("quiz_difficulty"), DIFFICULTIES, "quiz_difficulty",
+                               lambda d: t("all") if d == "all" else t(f"difficulty_{d}"))
 only_experiments = c[2].checkbox(t("quiz_only_experiments"), key="quiz_only_exp")
 questions = quiz.questions_for(None if lesson == "all" else lesson, None if difficulty == "all" else difficulty, bank=bank)
 if only_experiments:
@@ -94,7 +92,7 @@ def run_experiment(q):
 
 def bi_title(name: str) -> str:
     exp = sd.experiments.EXPERIMENTS.get(name)
-    return common.bi(exp.title) if exp else name
+    return language.bi(exp.title) if exp else name
 
 
 for number, q in enumerate(questions, start=1):

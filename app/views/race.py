@@ -5,9 +5,9 @@ from bisect import bisect_right
 import pandas as pd
 import streamlit as st
 
-import common
-import model_store
-from common import LANES, t
+from app import model_store, race_lanes, tokens_html, trace_store, widgets
+from app.language import t
+from app.trace_store import LANES
 
 import specdec_core as sd
 
@@ -31,16 +31,16 @@ source = None
 run_live = False
 
 if not live:
-    index = common.load_index()
+    index = trace_store.load_index()
     if not index:
         st.info(t("race_no_examples"))
     else:
         ids = [e["id"] for e in index]
         by_id = {e["id"]: e for e in index}
-        chosen = common.selectbox(st, t("race_example"), ids, "race_example",
-                                  lambda i: f"{common.example_title(by_id[i])}  ·  {by_id[i].get('category', '')}")
+        chosen = widgets.selectbox(st, t("race_example"), ids, "race_example",
+                                   lambda i: f"{trace_store.example_title(by_id[i])}  ·  {by_id[i].get('category', '')}")
         entry = by_id[chosen]
-        traces = common.load_example(entry)
+        traces = trace_store.load_example(entry)
         lanes = {lane: tr.steps for lane, tr in traces.items() if tr.steps}
         configs = {lane: tr.config for lane, tr in traces.items()}
         prompt = entry.get("prompt") or next((tr.prompt for tr in traces.values()), "")
@@ -54,10 +54,10 @@ else:
     prompt = st.text_area(t("race_prompt"), key="race_prompt", height=90)
     c1, c2, c3, c4 = st.columns(4)
     max_new = c1.slider(t("max_new_tokens"), 8, 128, 64, 8, key="race_max_new")
-    drafter = common.selectbox(c2, t("drafter"), common.drafter_options("ngram"), "race_drafter", common.drafter_label)
+    drafter = widgets.selectbox(c2, t("drafter"), widgets.drafter_options("ngram"), "race_drafter", widgets.drafter_label)
     k = c3.slider("k", 1, 8, 4, key="race_k", help=t("k_help"))
     window = c4.slider(t("window"), 4, 32, 16, 4, key="race_window", help=t("window_help"))
-    empty = common.prompt_hint(prompt)
+    empty = widgets.prompt_hint(prompt)
     run_live = st.button(t("race_run_live"), type="primary", disabled=empty, key="race_run")
     result = ss.get("race_live_result")
     if result:
@@ -71,8 +71,8 @@ if prompt and not live:
 # ------------------------------------------------------------------ replay controls
 CLOCKS = ("time", "forwards")
 clock = st.radio(t("race_clock"), CLOCKS, horizontal=True, key="race_clock",
-                 format_func=common.labels(CLOCKS, lambda c: t(f"race_clock_{c}")), help=t("race_clock_help"))
-clocks = {lane: common.lane_clocks(steps, clock) for lane, steps in lanes.items()}
+                 format_func=widgets.labels(CLOCKS, lambda c: t(f"race_clock_{c}")), help=t("race_clock_help"))
+clocks = {lane: race_lanes.lane_clocks(steps, clock) for lane, steps in lanes.items()}
 end_clock = max((c[-1] for c in clocks.values() if c), default=0.0)
 n_frames = max(1, int(round(end_clock))) if clock == "forwards" else TIME_FRAMES
 
@@ -129,7 +129,7 @@ for lane, col in zip(LANES, cols):
         st.caption(t(f"lane_{lane}_desc"))
         cfg = configs.get(lane) or {}
         if lane == "spec" and cfg:
-            st.caption(t("race_spec_cfg", drafter=common.drafter_label(cfg.get("drafter", "?")), k=cfg.get("k", "?")))
+            st.caption(t("race_spec_cfg", drafter=widgets.drafter_label(cfg.get("drafter", "?")), k=cfg.get("k", "?")))
         elif lane in ("nar", "jacobi") and cfg:
             st.caption(t("race_window_cfg", window=cfg.get("window", "?")))
         slots[lane] = (st.empty(), st.empty(), st.empty())  # stats, tokens, extra (NAR vs AR)
@@ -142,9 +142,9 @@ def ar_ids(steps) -> list[int]:
 reference = ar_ids(lanes["ar"]) if "ar" in lanes else None
 
 
-def draw_lane(lane: str, steps, n: int) -> common.LaneView:
+def draw_lane(lane: str, steps, n: int) -> race_lanes.LaneView:
     stats, body, extra = slots[lane]
-    view = common.render_lane(lane, steps, n, reference_ids=reference, show_rejected=show_rejected)
+    view = race_lanes.render_lane(lane, steps, n, reference_ids=reference, show_rejected=show_rejected)
     per_fwd = view.tokens / view.forwards if view.forwards else 0.0
     flag = " 🏁" if view.done else ""
     stats.markdown(t("lane_stats", forwards=view.forwards, tokens=view.tokens, seconds=f"{view.seconds:.2f}",
@@ -155,7 +155,7 @@ def draw_lane(lane: str, steps, n: int) -> common.LaneView:
         same = sd.metrics.positional_matches(view.ids, ref)
         ar_pieces = [tok.piece for s in lanes["ar"] for tok in s.emitted][: len(view.ids)]
         extra.markdown(f"**{t('race_nar_vs_ar', same=same, total=len(view.ids))}**  \n"
-                       + common.token_line([common.token_span(p, "ar") for p in ar_pieces], "opacity:.85"),
+                       + tokens_html.token_line([tokens_html.token_span(p, "ar") for p in ar_pieces], "opacity:.85"),
                        unsafe_allow_html=True)
     return view
 
@@ -206,7 +206,7 @@ if run_live:
                     del streams[lane]
                     continue
                 events[lane].append(event)
-                elapsed[lane] += common.step_seconds(event)
+                elapsed[lane] += race_lanes.step_seconds(event)
                 if lane == "ar":
                     reference = ar_ids(events["ar"])
                 draw_lane(lane, events[lane], len(events[lane]))
@@ -229,7 +229,7 @@ if lanes:
     if ss.race_playing:
         frame = ss.race_frame
         while frame < n_frames:
-            common.sleep_frame(speed)
+            race_lanes.sleep_frame(speed)
             frame += 1
             ss.race_frame = frame
             views = draw(frame)
@@ -254,5 +254,5 @@ if lanes:
         st.caption(t("race_summary_note"))
 
 st.divider()
-common.show_legend()
+tokens_html.show_legend()
 st.caption(t("race_legend_note"))

@@ -1,0 +1,94 @@
+"""Tokens as HTML inside Streamlit markdown: a colour (Okabe–Ito) plus a second cue for every role, a
+draft–verify step as spans, and the legend."""
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from app.language import t
+
+# role -> (colour, css of the second cue)
+ROLES = {
+    "ar": ("#56B4E9", "border:1px solid #56B4E9;"),                                   # sky blue, thin box
+    "accepted": ("#009E73", "border-bottom:3px solid #009E73;"),                      # bluish green, solid underline
+    "rejected": ("#D55E00", "text-decoration:line-through 2px;border:1px dashed #D55E00;opacity:.8;"),  # vermillion, struck
+    "correction": ("#0072B2", "border-bottom:4px double #0072B2;font-weight:600;"),   # blue, double underline
+    "bonus": ("#E69F00", "border-bottom:3px dotted #E69F00;font-weight:600;"),        # orange, dotted underline
+    "changing": ("#F0E442", "text-decoration:underline wavy #9a8f00;"),              # yellow, wavy underline
+    "window": ("#999999", "border:1px dashed #999999;opacity:.75;"),                  # grey, dashed box
+    "nar_diff": ("#CC79A7", "border-bottom:3px dashed #CC79A7;"),                     # reddish purple, dashed underline
+}
+LEGEND_ROLES = ("ar", "accepted", "rejected", "correction", "bonus", "changing", "nar_diff")
+
+
+def _hex_rgba(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+_MD_ESCAPES = {"$": "&#36;", "*": "&#42;", "_": "&#95;", "`": "&#96;", "\\": "&#92;", "~": "&#126;",
+               "[": "&#91;", "]": "&#93;", "#": "&#35;", "|": "&#124;"}
+
+
+def escape_piece(piece: str) -> str:
+    """Token text as inert HTML inside markdown: no math, no emphasis; newlines shown as ↵."""
+    out = html.escape(piece, quote=True)
+    out = "".join(_MD_ESCAPES.get(ch, ch) for ch in out)
+    out = out.replace("\n", "↵<br>").replace("\r", "")
+    return out or "&#8203;"
+
+
+def token_span(piece: str, role: str, title: str = "") -> str:
+    colour, cue = ROLES[role]
+    style = (f"background:{_hex_rgba(colour, 0.28)};{cue}border-radius:3px;padding:0 1px;margin:0 1px 2px 0;"
+             "white-space:pre-wrap;line-height:1.9;")
+    tip = f' title="{html.escape(title, quote=True)}"' if title else ""
+    return f'<span class="sd-tok sd-{role}" style="{style}"{tip}>{escape_piece(piece)}</span>'
+
+
+def plain_span(text: str) -> str:
+    """Context text (not a token role): muted, no colour."""
+    return f'<span class="sd-ctx" style="opacity:.6;white-space:pre-wrap">{escape_piece(text)}</span>'
+
+
+def token_line(spans: list[str], extra_style: str = "") -> str:
+    """One single-line HTML block (a blank line would end the HTML block inside markdown)."""
+    return f'<div class="sd-lane" style="font-family:ui-monospace,monospace;font-size:0.92em;{extra_style}">' \
+           + "".join(spans) + "</div>"
+
+
+def legend_html() -> str:
+    items = [token_span(t(f"role_{r}"), r).replace('style="', 'style="display:inline-block;white-space:nowrap;', 1)
+             for r in LEGEND_ROLES]
+    return '<div class="sd-legend" style="font-size:0.85em">' + " ".join(items) + "</div>"
+
+
+def show_legend(where=None) -> None:
+    (where or st).markdown(legend_html(), unsafe_allow_html=True)
+
+
+def visible(piece: str) -> str:
+    """Token text for tables and chart axes: spaces and newlines made visible."""
+    return piece.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
+
+
+def token_tip(tok, name: str = "p", prob: float | None = None) -> str:
+    """A token span's tooltip: the piece and its probability (`name`: p of the target, q of a drafter)."""
+    prob = tok.prob if prob is None else prob
+    return f"{tok.piece!r}" + (f"  {name}={prob:.3f}" if prob is not None else "")
+
+
+def spec_step_spans(step, show_rejected: bool = True) -> list[str]:
+    """A spec/ar decode step as spans: accepted drafts, (struck) rejected drafts, correction/bonus."""
+    if step.kind == "prefill" or not step.drafted:
+        return [token_span(tok.piece, "ar", token_tip(tok)) for tok in step.emitted]
+    spans = []
+    for i, tok in enumerate(step.emitted):
+        if i < step.accepted:
+            spans.append(token_span(tok.piece, "accepted", token_tip(tok, "q", step.drafted[i].prob)))
+        else:
+            if show_rejected:
+                spans += [token_span(d.piece, "rejected", token_tip(d, "q")) for d in step.drafted[step.accepted:]]
+            spans.append(token_span(tok.piece, step.extra_kind or "correction", token_tip(tok)))
+    return spans
