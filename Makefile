@@ -32,11 +32,13 @@ browser:
 		fi; \
 	fi
 
-# The test suite, then every notebook of both languages executed top to bottom (8 + 26 min measured on a 2-core Xeon from a fresh clone, 2026-12-01).
+# The test suite, then every notebook of both languages executed top to bottom (8 + 26 min measured on a 2-core Xeon from a fresh clone, 2026-12-01),
+# then the predict-then-run quiz keys against the experiment values those notebooks just measured.
 test: setup browser
 	$(PY) -m specdec_core prepare
 	$(PY) -m pytest tests --durations=15 -q
 	$(PY) -m pytest --nbmake --nbmake-timeout=420 notebooks -q --durations=30
+	$(PY) -m specdec_core.course.quiz_keys --cache
 
 # Only the notebooks.
 test-notebooks: setup

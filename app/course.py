@@ -13,6 +13,7 @@ import streamlit as st
 from app import ROOT
 from app.language import LANGS, lang, t
 from specdec_core import lesson_outputs
+from specdec_core.course import measures
 
 LESSONS = ROOT / "lessons"
 GLOSSARY = "glossary"  # lessons/<lang>/glossary.md: a page of its own, not a lesson
@@ -55,11 +56,12 @@ _ROLE = re.compile(r"\{[\w-]+\}`([^`]*)`")
 _OPTION = re.compile(r"^\s*:[\w-]+:")
 
 
-def myst_to_markdown(text: str) -> str:
+def myst_to_markdown(text: str, language: str = "en") -> str:
     """Jupytext MyST markdown -> Streamlit markdown: drop the YAML front matter, turn
     ```{code-cell} python fences (and their option lines) into ```python, `(id)=` targets into
-    HTML anchors, other directives into plain fenced text, and {role}`x` into `x`."""
-    lines = text.splitlines()
+    HTML anchors, other directives into plain fenced text, {measure} and {machine} roles into the
+    shipped measurement they name (`measures.render`), and any other {role}`x` into `x`."""
+    lines = measures.render(text, language).splitlines()
     if lines and lines[0].strip() == "---":
         end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
         if end is not None:
@@ -132,7 +134,10 @@ def show_lesson(text: str, language: str, stem: str) -> None:
         st.caption(t("lessons_outputs_none"))
     for i, (kind, body) in enumerate(lesson_blocks(text)):
         if kind == "markdown":
-            st.markdown(myst_to_markdown(body), unsafe_allow_html=True)
+            try:
+                st.markdown(myst_to_markdown(body, language), unsafe_allow_html=True)
+            except measures.MeasureError as err:  # a measurement the shipped files no longer hold
+                st.error(str(err))
             continue
         st.code("\n".join(line for line in body.splitlines() if not _OPTION.match(line)), language="python")
         outputs = recorded.outputs_for(body) if recorded else None

@@ -1,7 +1,10 @@
 """Build notebooks/<lang>/<stem>.ipynb from the lesson sources lessons/<lang>/<stem>.md.
 
 The lessons (Jupytext MyST Markdown) are the one source of the prose; the notebooks are generated,
-without outputs, byte-for-byte reproducible so that the committed files stay stable.
+without outputs, byte-for-byte reproducible so that the committed files stay stable. Measured numbers
+the prose quotes ({measure}`name`, {machine}`source`) are filled in from the shipped result files
+(`specdec_core.course.measures`, as the app's lesson page fills them in), so a changed benchmark file
+makes the notebooks that quote it stale.
 
     python scripts/build_notebooks.py           # (re)write every notebook
     python scripts/build_notebooks.py --check   # exit 1 and list stale / missing / extra notebooks
@@ -17,6 +20,8 @@ import jupytext
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from specdec_core.course import measures  # noqa: E402
 LESSONS = ROOT / "lessons"
 NOTEBOOKS = ROOT / "notebooks"
 LANGS = ("zh", "en")
@@ -33,7 +38,10 @@ def render(md_path: Path) -> str:
         cell.id = f"{md_path.stem[:2]}-{i:03d}"  # stable ids instead of random ones
         cell.metadata = {}
         if cell.cell_type == "markdown":
-            cell.source = TARGET.sub(r'<a id="\1"></a>', cell.source)
+            try:
+                cell.source = measures.render(TARGET.sub(r'<a id="\1"></a>', cell.source), md_path.parent.name)
+            except measures.MeasureError as err:
+                raise measures.MeasureError(f"{md_path.name} ({md_path.parent.name}): {err}") from None
         elif cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nb.metadata = {

@@ -7,12 +7,15 @@ Each lesson's notebook is built from its source exactly as `scripts/build_notebo
 run top to bottom in a fresh kernel (working directory notebooks/<lang>/, as in CI), and the outputs
 are written to lessons/outputs/<lang>/<stem>.json keyed by `specdec_core.course.lesson_outputs.cell_key`.
 Kept: printed text, plotly figures (as JSON) and small HTML; dropped: stderr (warnings, progress
-bars) and widgets (the quiz, which the app shows on its own page).
+bars) and widgets (the quiz, which the app shows on its own page). Beside them go the values of the
+registry experiments the lesson's cells ran and its predict-then-run questions name (those the cells
+did not run are measured here, or read from the cache), for `specdec_core.course.quiz_keys`.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib.util
 import os
 import platform
@@ -26,7 +29,11 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from specdec_core.course.lesson_outputs import LESSON_GLOB, LessonOutputs, cell_key, code_cells, outputs_path  # noqa: E402
+from specdec_core.course import experiments  # noqa: E402
+from specdec_core.course.lesson_outputs import (LESSON_GLOB, LessonOutputs, cell_key, code_cells,  # noqa: E402
+                                                experiments_named, outputs_path)
+from specdec_core.course.quiz import questions_for  # noqa: E402
+from specdec_core.models import load_model  # noqa: E402
 
 PLOTLY = "application/vnd.plotly.v1+json"
 MAX_HTML = 50_000  # characters; a bigger HTML output is left out
@@ -42,7 +49,9 @@ def _build_notebooks():
 def machine() -> str:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor() or platform.machine())
-    return f"{model}, {os.cpu_count()} cores, {platform.system()}"
+    usable = len(os.sched_getaffinity(0))  # a recording pinned to fewer cores times differently: say so
+    cores = f"{os.cpu_count()} cores" if usable == os.cpu_count() else f"{usable} of {os.cpu_count()} cores"
+    return f"{model}, {cores}, {platform.system()}"
 
 
 def commit() -> str:
@@ -81,6 +90,20 @@ def convert(outputs: list) -> list[dict]:
     return records
 
 
+@functools.lru_cache(maxsize=1)
+def target_model():
+    """This process's copy of the model, loaded at the first lesson that needs it."""
+    return load_model("smollm2-135m")
+
+
+def experiment_values(stem: str, sources: list[str]) -> dict[str, float]:
+    """The value of each registry experiment the lesson's cells ran or its predict-then-run questions
+    name: read from the cache the kernel just filled, or measured now."""
+    names = {name for src in sources for name in experiments_named(src)}
+    names |= {q.experiment for q in questions_for(stem) if q.experiment}
+    return {name: experiments.run(name, target_model()).value for name in sorted(names)}
+
+
 def record(lang: str, md: Path, build) -> LessonOutputs:
     text = md.read_text(encoding="utf-8")
     sources = code_cells(text)
@@ -92,7 +115,8 @@ def record(lang: str, md: Path, build) -> LessonOutputs:
     if len(executed) != len(sources):
         raise SystemExit(f"{md}: {len(sources)} code cells in the source but {len(executed)} in the notebook")
     cells = {cell_key(src): convert(cell.outputs) for src, cell in zip(sources, executed)}
-    return LessonOutputs(machine(), datetime.date.today().isoformat(), commit(), cells)
+    return LessonOutputs(machine(), datetime.date.today().isoformat(), commit(), cells,
+                         experiment_values(md.stem, sources))
 
 
 def main() -> int:

@@ -59,3 +59,32 @@ def test_recorded_outputs_fit_their_budget():
     stems = {md.stem for _, md in LESSONS}
     extra = [p for p in lo.OUTPUTS_DIR.glob("*/*.json") if p.stem not in stems]
     assert not extra, f"outputs of lessons that no longer exist: {extra}"
+
+
+def test_cells_name_the_files_they_read():
+    lesson = {lang: (ROOT / "lessons" / lang / "11-interview.md").read_text(encoding="utf-8") for lang in ("zh", "en")}
+    bank_cell = next(c for c in lo.code_cells(lesson["en"]) if "load_bank" in c)
+    assert ROOT / "lessons" / "quiz" / "08-applications.yaml" in lo.cell_inputs(bank_cell)
+    table = 'json.loads((BENCH / "trained-draft-free-text-cpu.json").read_text())\nsd.experiments.run("trained_tau_chat_k4")'
+    assert {p.name for p in lo.cell_inputs(table)} == {"trained-draft-free-text-cpu.json", "manifest.json"}
+    assert lo.cell_inputs('sd.experiments.run("ngram_copy_a4")') == [ROOT / "specdec_core" / "prompts" / "suite.jsonl"]
+    assert lo.cell_inputs("print(1)") == [] and lo.cell_key("print(1)") == lo.cell_key("print(1)\n")
+
+
+def test_a_cell_whose_data_file_changed_is_stale(tmp_path, monkeypatch):
+    """Negative control: an output recorded from one benchmark file (or one prompt file an experiment
+    declares) is stale once the file changes, though the cell's source did not."""
+    bench = tmp_path / "benchmarks" / "fake-cpu.json"
+    bench.parent.mkdir()
+    bench.write_text('{"summary": {"ar": 1.0}}')
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "a"}\n')
+    monkeypatch.setattr(lo, "ROOT", tmp_path)
+    monkeypatch.setitem(lo.EXPERIMENTS, "fake_experiment", lo.EXPERIMENTS["ngram_copy_a4"].__class__(
+        "fake_experiment", {"zh": "假", "en": "fake"}, "x", lambda lm: (1.0, {}), reads=(prompts,)))
+    cells = ['print(json.loads((BENCH / "fake-cpu.json").read_text()))', 'sd.experiments.run("fake_experiment")']
+    recorded = lo.LessonOutputs("m", "d", "c", {lo.cell_key(c): [{"kind": "text", "text": "1\n"}] for c in cells})
+    assert all(recorded.outputs_for(c) for c in cells)
+    bench.write_text('{"summary": {"ar": 2.0}}')
+    prompts.write_text('{"prompt": "b"}\n')
+    assert recorded.outputs_for(cells[0]) is None and recorded.outputs_for(cells[1]) is None

@@ -30,7 +30,7 @@ if used != lang:
 source = path.read_text(encoding="utf-8")
 
 if stem == course.GLOSSARY:
-    st.markdown(course.myst_to_markdown(source), unsafe_allow_html=True)
+    st.markdown(course.myst_to_markdown(source, used), unsafe_allow_html=True)
     st.caption(t("lessons_source", path=str(path.relative_to(ROOT))))
     st.stop()
 

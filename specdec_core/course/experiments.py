@@ -17,9 +17,9 @@ import transformers
 from ..errors import SpecDecError
 from ..decode import GenerationConfig
 from ..drafters import OPTION_NAMES
-from ..drafters.weights import shipped
+from ..drafters.weights import WEIGHTS_DIR, shipped
 from ..metrics import conditional_acceptance, pooled_per_position, positional_matches
-from ..models import LoadedModel, cache_dir, load_model
+from ..models import LoadedModel, cache_dir, load_model, sha256_file
 from ..generation import generate
 from ..suite import PROMPTS_DIR
 
@@ -33,6 +33,7 @@ STORY_PROMPT = "Write a short story about a lighthouse keeper who finds a myster
 CHAT_PROMPTS = ("What are three tips for staying focused while studying?",
                 "Explain why the sky is blue in simple words.")
 PROMPTS_FILE = PROMPTS_DIR / "suite.jsonl"
+SUITE = (PROMPTS_FILE,)  # what an experiment on the suite's prompts reads
 
 
 def suite_prompts(category: str, n: int) -> tuple[str, ...]:
@@ -63,6 +64,11 @@ class Experiment:
     unit: str
     run: Callable[[LoadedModel], tuple[float, dict]]
     weights: bool = False  # reads the shipped drafter weights: their checksums join the cache fingerprint
+    reads: tuple[Path, ...] = ()  # data files it reads (the prompt suite): their checksums join it too
+
+    def files(self, model: str = "smollm2-135m") -> tuple[Path, ...]:
+        """Every shipped file its result depends on (a lesson cell that runs it is stale when one changes)."""
+        return (*self.reads, *((WEIGHTS_DIR / model / "manifest.json",) if self.weights else ()))
 
 
 def _spec_config(**config) -> GenerationConfig:
@@ -379,9 +385,9 @@ def _markov_gain(lm: LoadedModel, k: int = 7) -> tuple[float, dict]:
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sim_tau_a07_k4", {"zh": "模拟草稿（命中率 0.7，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.7, k=4)"},
-               "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4)),
+               "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4), reads=SUITE),
     Experiment("sim_tau_a05_k4", {"zh": "模拟草稿（命中率 0.5，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.5, k=4)"},
-               "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.5, k=4)),
+               "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.5, k=4), reads=SUITE),
     Experiment("ngram_speedup_copy", {"zh": "n-gram 草稿在复制型提示上的加速比", "en": "n-gram drafting speedup on a copy prompt"},
                "x", lambda lm: _speedup(lm, COPY_PROMPT, drafter="ngram", k=4)),
     Experiment("ngram_speedup_story", {"zh": "n-gram 草稿在自由故事上的加速比", "en": "n-gram drafting speedup on a free story"},
@@ -399,7 +405,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                "x", _verify_cost),
     Experiment("spec_greedy_identity", {"zh": "贪心投机解码与 AR 输出逐 token 一致的比例（6 个提示、两种草稿器）",
                                         "en": "Share of greedy spec runs whose output equals AR (6 prompts, two drafters)"},
-               "fraction", _identity),
+               "fraction", _identity, reads=SUITE),
     Experiment("forward_cost_ratio_16", {"zh": "一次 16-token 前向与 1-token 前向的耗时比（batch 1）",
                                          "en": "Time of a 16-token forward / a 1-token forward (batch 1)"},
                "x", lambda lm: _forward_ratio(lm, 16)),
@@ -408,28 +414,28 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                "x", lambda lm: _forward_ratio(lm, 5, batch=8)),
     Experiment("ngram_forward_ratio_copy_k3", {"zh": "复制型提示上 AR 与 n-gram 投机（k=3）的目标前向次数之比",
                                                "en": "AR target forwards / n-gram spec (k=3) target forwards on copy prompts"},
-               "x", lambda lm: _forward_reduction(lm, (COPY_PROMPT, *suite_prompts("copy", 2)), drafter="ngram", k=3)),
+               "x", lambda lm: _forward_reduction(lm, (COPY_PROMPT, *suite_prompts("copy", 2)), drafter="ngram", k=3), reads=SUITE),
     Experiment("early_exit_tau_k4", {"zh": "未训练 4 层早退草稿（k=4，每步都起草 4 个）的 τ",
                                      "en": "τ of the untrained 4-layer early exit (k=4, drafting 4 every step)"},
                "tokens/forward", _early_exit_tau),
     Experiment("ngram_rollback_rate_free", {"zh": "自由文本上 n-gram 起草步中发生回滚（至少一个草稿被拒）的比例",
                                             "en": "Share of n-gram drafting steps on free text that roll back (at least one draft rejected)"},
-               "fraction", _rollback_rate),
+               "fraction", _rollback_rate, reads=SUITE),
     Experiment("ngram_copy_a4", {"zh": "复制型提示上 n-gram 草稿第 4 个位置的条件接受率 a_4（k=8）",
                                  "en": "Conditional acceptance a_4 of n-gram drafts at position 4 on copy prompts (k=8)"},
-               "fraction", _survival),
+               "fraction", _survival, reads=SUITE),
     Experiment("ngram_tau_temperature_1", {"zh": "温度 1.0 时 n-gram 草稿在复制型提示上的 τ（附温度 0 与 0.7）",
                                            "en": "τ of n-gram drafting on copy prompts at temperature 1.0 (with 0 and 0.7 beside it)"},
-               "tokens/forward", _temperature_tau),
+               "tokens/forward", _temperature_tau, reads=SUITE),
     Experiment("sampling_acceptance_real_pq", {"zh": "引擎的 verify_sampled 在真实 p（温度 1.0）与 q（温度 0.7）上的接受率",
                                                "en": "Acceptance rate of the engine's verify_sampled on a real p (temperature 1.0) and q (temperature 0.7)"},
                "fraction", _sampling_acceptance),
     Experiment("serving_batching_gain_c8", {"zh": "逐 token 服务（ar，闭环）在 8 个请求同时在途时的总吞吐，相对 1 个请求时的倍数",
                                             "en": "Aggregate tokens/s of one-token-per-step serving (ar, closed loop) at 8 requests in flight over 1"},
-               "x", _batching_gain),
+               "x", _batching_gain, reads=SUITE),
     Experiment("trained_offline_s1_suite", {"zh": "训练过的 eagle 草稿器在测试集提示（chat、qa、story）上的离线第 1 位存活率 s_1（同时给出训练模板留出提示上的数值，以及每个随附的训练草稿器）",
                                             "en": "Offline first-position survival s_1 of the trained eagle drafter on suite prompts (chat, qa, story), beside held-out training-template prompts, for every shipped trained drafter"},
-               "fraction", _offline_survival, weights=True),
+               "fraction", _offline_survival, weights=True, reads=SUITE),
     Experiment("trained_tau_chat_k4", {"zh": "训练过的 eagle 草稿器在解码循环中的 τ（k=4，两个聊天提示），旁边是未训练的早退草稿与其他训练过的草稿器",
                                        "en": "τ of the trained eagle drafter in the decode loop (k=4, two chat prompts), with the untrained early exit and the other trained drafters beside it"},
                "tokens/forward", _drafters_in_the_loop, weights=True),
@@ -438,7 +444,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                "x", lambda lm: _speedup(lm, CHAT_PROMPTS[0], drafter="eagle", k=4), weights=True),
     Experiment("block_markov_gain_k7", {"zh": "分块草稿器 block 相对去掉马尔可夫头的 block-parallel 的 τ 之比（k=7，贪心，两条闲聊和两条问答提示）",
                                         "en": "τ of the block drafter over τ of block-parallel, the same model without its Markov head (k=7, greedy, two chat and two QA prompts)"},
-               "x", _markov_gain, weights=True),
+               "x", _markov_gain, weights=True, reads=SUITE),
 ]}
 
 
@@ -451,6 +457,8 @@ def _fingerprint(lm: LoadedModel, experiment: Experiment | None = None) -> dict:
                    "torch": torch.__version__, "transformers": transformers.__version__}
     if experiment is not None and experiment.weights:  # retrained or newly shipped weights: measure again
         fingerprint["weights"] = {kind: meta["sha256"] for kind, meta in sorted(shipped(lm.name).items())}
+    if experiment is not None and experiment.reads:  # an edited prompt file: measure again
+        fingerprint["reads"] = {path.name: sha256_file(path) for path in experiment.reads}
     return fingerprint
 
 

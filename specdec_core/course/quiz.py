@@ -40,6 +40,7 @@ import jsonschema
 import yaml
 
 from ..errors import SpecDecError
+from . import measures
 
 if TYPE_CHECKING:  # only for the type hint; the real import is lazy (see quiz_widget)
     import ipywidgets
@@ -140,9 +141,9 @@ def check_lang(lang: str) -> None:
 
 
 def text(bilingual: dict[str, str], lang: str) -> str:
-    """Pick one language from a {"zh", "en"} dict."""
+    """Pick one language from a {"zh", "en"} dict, with its measured numbers filled in (`measures`)."""
     check_lang(lang)
-    return bilingual[lang]
+    return measures.render(bilingual[lang], lang)
 
 
 def load_schema(schema_path: Path = SCHEMA_PATH) -> dict[str, Any]:

@@ -1,0 +1,225 @@
+"""Named measurements that the lesson prose quotes, read from the shipped result files when a lesson is
+rendered, so that the prose cannot say one number while the committed measurement says another.
+
+A lesson writes {measure}`trained.heads.speedup` where it quotes a measured number, and
+{machine}`trained` in the same paragraph to say where and when it was measured. The app's lesson
+page (`app/course.py`), the quiz texts (`quiz.text`) and `scripts/build_notebooks.py` all call
+`render(text, lang)`; a notebook therefore shows the numbers of the files it was built from, and
+`build_notebooks.py --check` reports it stale once a file changes. A name that does not resolve —
+unknown, its file missing, a key missing — raises MeasureError: never a blank.
+
+    render("heads runs at {measure}`trained.heads.speedup` {machine}`trained`.", "en")
+    # -> 'heads runs at 1.02× (AMD EPYC, 2 threads, 2026-12-02; BENCHMARKS.md §7a).'
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import SpecDecError
+
+ROOT = Path(__file__).resolve().parents[2]
+WEIGHTS = "specdec_core/weights/smollm2-135m/manifest.json"
+MEASURE = re.compile(r"\{measure\}`([^`]+)`")
+MACHINE = re.compile(r"\{machine\}`([^`]+)`")
+
+Key = str | int | dict  # a dict picks the one element of a list whose fields have those values
+
+
+class MeasureError(SpecDecError):
+    """A {measure} or {machine} role names something the shipped files do not hold."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One shipped result file. Its machine is read from the file (`environment`: cpu, threads, date);
+    `cpu` and `date` fill in where a file does not record them (from BENCHMARKS.md's machine paragraph),
+    and offline evaluations, which time nothing, say so instead of naming a machine."""
+
+    file: str  # relative to the repository root
+    section: str  # where BENCHMARKS.md discusses it, e.g. "§7a"
+    cpu: str = ""
+    date: str = ""
+    offline: bool = False
+
+
+@dataclass(frozen=True)
+class Measure:
+    source: str  # a key of SOURCES
+    path: tuple[Key, ...]  # where the number sits in the file's JSON
+    fmt: str = "{:.2f}"
+    per: tuple[Key, ...] | None = None  # divide by the number at this path: a ratio of two entries
+    scale: float = 1.0  # e.g. 100 for a percentage
+    derive: Callable[[Any], float] | None = None  # for a number the file holds only in parts (path: what it reads)
+
+
+SOURCES: dict[str, Source] = {
+    "cost": Source("benchmarks/cost-cpu.json", "§3", cpu="AMD EPYC", date="2026-12-01"),
+    "suite": Source("benchmarks/results-suite-cpu.json", "§1"),
+    "sweep": Source("benchmarks/sweep-k-cpu.json", "§2"),
+    "trained": Source("benchmarks/trained-draft-free-text-cpu.json", "§7a"),
+    "trained-k": Source("benchmarks/trained-sweep-k-cpu.json", "§7b′"),
+    "block": Source("benchmarks/block-tau-cpu.json", "§8a"),
+    "block-t1": Source("benchmarks/block-tau-t1-cpu.json", "§8a"),
+    "calibration": Source("benchmarks/block-calibration-cpu.json", "§8b", offline=True),
+    "load-block": Source("benchmarks/load-block-cpu.json", "§8c"),
+    "cards": Source(WEIGHTS, "§7", offline=True),
+}
+
+
+def _forward(tokens: int, batch: int = 1) -> tuple[Key, ...]:
+    return ("forward_s", {"tokens": tokens, "batch": batch}, "seconds")
+
+
+def _seconds(profile: dict, tokens: int, batch: int) -> float:
+    """A forward's time for `tokens` new tokens, linear between the profile's measured sizes, as
+    costmodel.CostModel.seconds reads it (the profile does not time every size)."""
+    rows = sorted((r["tokens"], r["seconds"]) for r in profile["forward_s"] if r["batch"] == batch)
+    for (t0, s0), (t1, s1) in zip(rows, rows[1:]):
+        if t0 <= tokens <= t1:
+            return s0 + (s1 - s0) * (tokens - t0) / (t1 - t0)
+    raise MeasureError(f"the cost profile has no forwards around {tokens} tokens at batch {batch}")
+
+
+def _verify_ratio(tokens: int, batch: int = 1) -> Measure:
+    """r_b(n): a forward over n new tokens per sequence over a one-token forward, at batch b."""
+    return Measure("cost", ("forward_s",), "{:.2f}×",
+                   derive=lambda d: _seconds(d, tokens, batch) / _seconds(d, 1, batch))
+
+
+def _mode(mode: str, field: str, *rest: Key) -> tuple[Key, ...]:
+    return ("summary", mode, field, *rest)
+
+
+def _family() -> dict[str, Measure]:
+    """The registry: every name a lesson or quiz text may quote."""
+    m: dict[str, Measure] = {
+        # §3, the cost profile: one forward over n new tokens, and the draft steps it timed
+        "cost.forward_1_ms": Measure("cost", _forward(1), "{:.0f} ms", scale=1000),
+        "cost.c.ngram": Measure("cost", ("draft_step_s", "ngram"), "{:.3f}", per=_forward(1)),
+        "cost.c.early_exit": Measure("cost", ("draft_step_s", "early-exit"), "{:.2f}", per=_forward(1)),
+        "cost.draft_ms.early_exit": Measure("cost", ("draft_step_s", "early-exit"), "{:.1f} ms", scale=1000),
+        "cost.r8.5": _verify_ratio(5, batch=8),
+        # §1, the whole suite
+        "suite.early_exit.speedup": Measure("suite", _mode("spec:early-exit", "speedup_vs_ar"), "{:.2f}×"),
+        # §8b, calibration of the block drafter's confidence head (offline, held-out sequences)
+        "calibration.p1.t": Measure("calibration", ("greedy", "positions", {"position": 1}, "temperature"), "{:.2f}"),
+    }
+    for n in (2, 3, 4, 5, 6, 16):  # r(n): a forward over n new tokens over a one-token forward
+        m[f"cost.r.{n}"] = _verify_ratio(n)
+    for drafter in ("draft", "heads", "eagle"):  # §7a: 18 free-text prompts, k = 4, two repeats
+        m[f"trained.{drafter}.speedup"] = Measure("trained", _mode(f"spec:{drafter}", "speedup_vs_ar"), "{:.2f}×")
+        m[f"trained.{drafter}.tau"] = Measure("trained", _mode(f"spec:{drafter}", "mean_accepted_length"))
+        m[f"trained.{drafter}.s1"] = Measure("trained", _mode(f"spec:{drafter}", "acceptance_per_pos", 0))
+        for k in (1, 2, 3, 4):  # §7b′: the k sweep on the quick suite
+            m[f"trained-k.{drafter}.k{k}"] = Measure("trained-k", _mode(f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"),
+                                                     "{:.2f}×")
+    for drafter in ("ngram", "ngram-fixed", "sim"):  # §2: the k sweep of the n-gram drafters and sim
+        for k in (1, 2, 4, 8, 16):
+            m[f"sweep.{drafter}.k{k}"] = Measure("sweep", _mode(f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"), "{:.2f}×")
+            m[f"sweep.{drafter}.copy.k{k}"] = Measure(
+                "sweep", ("by_category", "copy", f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"), "{:.2f}×")
+    for kind in ("heads", "eagle", "draft", "block", "block-parallel"):  # the model cards (offline, held out)
+        card = ("files", f"{kind}.safetensors", "card")
+        m[f"cards.{kind}.s1"] = Measure("cards", (*card, "offline_heldout", "greedy", "survival", 0))
+    for n in ("4096", "8192"):
+        m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
+                                           "{:.1f} %", scale=100)
+    return m
+
+
+MEASURES: dict[str, Measure] = _family()
+
+_NOTE = {"en": "({where}; BENCHMARKS.md {section})", "zh": "（{where}；BENCHMARKS.md {section}）"}
+_OFFLINE = {"en": "offline evaluation, the same on any machine", "zh": "离线评测，与机器无关"}
+_WHERE = {"en": "{cpu}, {threads} threads, {date}", "zh": "{cpu}，{threads} 线程，{date}"}
+
+
+@lru_cache(maxsize=32)
+def _read(path: Path, mtime_ns: int, size: int) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load(source: str) -> Any:
+    """The parsed JSON of one source (re-read when the file changes)."""
+    if source not in SOURCES:
+        raise MeasureError(f"unknown measurement source {source!r}: choose one of {', '.join(SOURCES)}")
+    path = ROOT / SOURCES[source].file
+    if not path.is_file():
+        raise MeasureError(f"{SOURCES[source].file} (source {source!r}) is missing")
+    stat = path.stat()
+    return _read(path, stat.st_mtime_ns, stat.st_size)
+
+
+def _walk(data: Any, path: tuple[Key, ...], where: str) -> Any:
+    for key in path:
+        if isinstance(key, dict):
+            hits = [row for row in data if isinstance(row, dict) and all(row.get(f) == v for f, v in key.items())] \
+                if isinstance(data, list) else []
+            if len(hits) != 1:
+                raise MeasureError(f"{where}: {len(hits)} entries match {key} (one needed)")
+            data = hits[0]
+        else:
+            try:
+                data = data[key]
+            except (KeyError, IndexError, TypeError):
+                raise MeasureError(f"{where}: no key {key!r}") from None
+    return data
+
+
+def value(name: str) -> float:
+    """The number behind a measure name (unformatted)."""
+    if name not in MEASURES:
+        raise MeasureError(f"unknown measure {name!r}: register it in specdec_core/course/measures.py")
+    m = MEASURES[name]
+    data, where = load(m.source), f"{SOURCES[m.source].file} for {name!r}"
+    number = _walk(data, m.path, where)
+    if m.derive is not None:
+        number = m.derive(data)
+    if m.per is not None:
+        number = number / _walk(data, m.per, where)
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        raise MeasureError(f"{where}: {m.path} holds {number!r}, not a number")
+    return number * m.scale
+
+
+def formatted(name: str) -> str:
+    number = value(name)  # raises for an unknown name first
+    return MEASURES[name].fmt.format(number)
+
+
+def machine_note(source: str, lang: str) -> str:
+    """Where a source was measured, e.g. "(AMD EPYC, 2 threads, 2026-12-02; BENCHMARKS.md §7a)"."""
+    data, info = load(source), SOURCES[source]
+    if info.offline:
+        where = _OFFLINE[lang]
+    else:
+        env = data.get("environment", data)  # the cost profile keeps its threads at the top level
+        fields = {"cpu": info.cpu or env.get("cpu"), "threads": env.get("threads"), "date": info.date or env.get("date")}
+        missing = [f for f, v in fields.items() if not v]
+        if missing:
+            raise MeasureError(f"{info.file} records no {', '.join(missing)}: set it on its Source")
+        where = _WHERE[lang].format(**{**fields, "date": str(fields["date"])[:10]})
+    return _NOTE[lang].format(where=where, section=info.section)
+
+
+def render(text: str, lang: str) -> str:
+    """Replace every {measure} and {machine} role by its value and note; MeasureError if one does not resolve."""
+    if lang not in _NOTE:
+        raise MeasureError(f"lang must be one of {tuple(_NOTE)}, got {lang!r}")
+    text = MEASURE.sub(lambda match: formatted(match.group(1)), text)
+    return MACHINE.sub(lambda match: machine_note(match.group(1), lang), text)
+
+
+def names_in(text: str) -> list[str]:
+    """The measure names a text quotes, in order."""
+    return MEASURE.findall(text)
+
+
+def sources_in(text: str) -> list[str]:
+    """The sources a text names with {machine}."""
+    return MACHINE.findall(text)
