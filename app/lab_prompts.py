@@ -28,7 +28,7 @@ def prompts_file() -> Path:
 
 @st.cache_data(show_spinner=False)
 def _read_prompts(path: str, mtime: float) -> dict[str, list[str]]:
-    from specdec_core.bench import load_prompts
+    from specdec_core.suite import load_prompts
     by_category: dict[str, list[str]] = {}
     for case in load_prompts(Path(path)):
         by_category.setdefault(case.category, []).append(case.turns[0])  # multi-turn: its first turn

@@ -1,7 +1,7 @@
 """The serving load experiment on the "When does it pay?" page: read the shipped results, build the
 charts, put the findings into words, and run a small live version on this machine.
 
-Every number the page states is computed here from a results dict of `specdec_core.serving.loadtest`
+Every number the page states is computed here from a results dict of `specdec_core.bench.loadtest`
 (`run_load_test`'s output, shipped as benchmarks/load-cpu.json); none is written into the text.
 """
 from __future__ import annotations
@@ -18,8 +18,7 @@ import streamlit as st
 from app import ROOT
 from app.language import t
 
-from specdec_core.serving.costs import measure_cost_table
-from specdec_core.serving.loadtest import LoadConfig, run_load_test
+from specdec_core.bench.loadtest import LoadConfig, run_load_test, serving_costs
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon")
@@ -282,7 +281,7 @@ def run_live(lm, store: dict, bar: Progress, cfg: LoadConfig = LIVE) -> dict:
     key = ("load_costs", lm.name, tuple(sorted((k, tuple(v) if isinstance(v, tuple) else v) for k, v in LIVE_COSTS.items())))
     costs = store.get(key)
     if costs is None:
-        costs = measure_cost_table(lm, progress=lambda: bar.update(1), **LIVE_COSTS)
+        costs = serving_costs(lm, progress=lambda: bar.update(1), **LIVE_COSTS)
         store[key] = costs
     else:
         bar.update((LIVE_COSTS["repeats"] + 1) * len(LIVE_COSTS["rows"]) * len(LIVE_COSTS["tokens_per_row"]))

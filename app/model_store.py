@@ -23,6 +23,7 @@ import streamlit as st
 from app.language import t
 
 import specdec_core as sd
+from specdec_core.generation import drafter_factory
 from specdec_core.serving.server import MODES as BATCHED_MODES, BatchServer
 
 MAX_PROMPT_TOKENS = 2000
@@ -231,8 +232,9 @@ def cost_model(lm):
         with st.spinner(t("measuring_costs")), store["lock"]:
             if lm.name not in store:
                 def measure():
+                    timed = {name: drafter_factory(lm, name) for name in ("ngram", "early-exit", *usable)}
                     return sd.costmodel.measure_cost_model(lm, tokens=(1, 2, 3, 4, 5, 6, 8, 12, 17), repeats=3,
-                                                           drafters=("ngram", "early-exit", *usable))
+                                                           drafters=timed)
                 result = call_model(measure)
                 if result is None:
                     return None
@@ -242,7 +244,7 @@ def cost_model(lm):
     if late:
         with st.spinner(t("measuring_costs")), store["lock"]:
             for name in late:
-                seconds = call_model(sd.costmodel.measure_draft_step, lm, name)
+                seconds = call_model(sd.costmodel.measure_draft_step, lm, drafter_factory(lm, name))
                 if seconds is not None:
                     cm.draft_step_s[name] = seconds
     return cm

@@ -121,7 +121,7 @@ def decoder(model: LlamaForCausalLM, x: torch.Tensor, positions: torch.Tensor, a
     `attend(q, k, v, layer, scale)` gets the new rotated queries (B, heads, n, hd) and keys/values
     (B, kv_heads, n, hd), stores the keys/values in its cache and returns the attention output
     (B, heads, n, hd). `forward` above attends over one DynamicCache per sequence; the serving engine
-    packs many requests' tokens into one row and attends over its ragged cache (`serving/batch.py`).
+    packs many requests' tokens into one row and attends over its ragged cache (`batch.py`).
     """
     config = model.config
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads

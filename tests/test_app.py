@@ -40,7 +40,7 @@ def traces_dir(tmp_path_factory) -> Path:
         "ar": sd.GenerationConfig(mode="ar", max_new_tokens=12),
         "nar": sd.GenerationConfig(mode="nar", window=6, max_new_tokens=12),
         "jacobi": sd.GenerationConfig(mode="jacobi", window=6, max_new_tokens=12),
-        "spec": sd.GenerationConfig(mode="spec", drafter="sim", hit_rate=0.6, k=3, max_new_tokens=12),
+        "spec": sd.GenerationConfig(mode="spec", drafter="sim", drafter_options={"hit_rate": 0.6}, k=3, max_new_tokens=12),
     }
     (root / "cat").mkdir()
     for lane, cfg in configs.items():
@@ -73,7 +73,7 @@ LOAD_RUNS = {  # scheme -> [(concurrency, per-user tok/s, aggregate tok/s, mean 
 
 
 def load_results(levels=(1, 2, 4, 8), fixed_scale: float = 1.0) -> dict:
-    from specdec_core.serving.loadtest import matched_summary
+    from specdec_core.bench.loadtest import matched_summary
 
     runs = []
     for scheme, rows in LOAD_RUNS.items():

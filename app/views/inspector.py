@@ -46,7 +46,7 @@ else:
         lm = model_store.require_model()
         if model_store.check_prompt(lm, prompt) is not None:
             cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, temperature=temperature,
-                                      hit_rate=hit_rate, max_new_tokens=max_new, seed=int(seed))
+                                      drafter_options={"hit_rate": hit_rate}, max_new_tokens=max_new, seed=int(seed))
             result = model_store.generate(lm, prompt, cfg)
             if result is not None:
                 ss.insp_trace = result.trace

@@ -82,8 +82,8 @@ if run:
             failed = True
             break
         for k in sorted(ks):
-            cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, hit_rate=hit_rate, max_new_tokens=max_new,
-                                      temperature=temperature)
+            cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, drafter_options={"hit_rate": hit_rate},
+                                      max_new_tokens=max_new, temperature=temperature)
             res = model_store.generate(lm, prompt, cfg)
             done += 1
             bar.progress(done / total, text=t("lab_running", done=done, total=total))

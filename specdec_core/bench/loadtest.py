@@ -303,6 +303,14 @@ def single_request_ar(lm: LoadedModel, cases: list[PromptCase], cfg: LoadConfig)
     return statistics.median(speeds)
 
 
+def serving_costs(lm: LoadedModel, drafter: str = "ngram", progress=None, **grid) -> CostTable:
+    """The serving cost table (`grid`: measure_cost_table's rows, tokens_per_row, repeats), with `drafter`'s
+    proposal timed where a serving step pays for it apart from the forward: n-gram lookup (a model
+    drafter's time is its own batched forward, measured by the run itself)."""
+    timed = {drafter: serving_drafter(lm, GenerationConfig(mode="spec", drafter=drafter))} if drafter.startswith("ngram") else {}
+    return measure_cost_table(lm, drafters=timed, progress=progress, **grid)
+
+
 def run_load_test(lm: LoadedModel, cfg: LoadConfig, bar=None, prompts: Path = PROMPTS_FILE,
                   costs: CostTable | None = None) -> dict:
     """The whole experiment (module docstring). `costs`: a cost table measured earlier in this process
@@ -310,8 +318,7 @@ def run_load_test(lm: LoadedModel, cfg: LoadConfig, bar=None, prompts: Path = PR
     cfg.validate()
     started = time.perf_counter()
     cases = workload(prompts, seed=cfg.seed)
-    timed = {cfg.drafter: serving_drafter(lm, scheme_config("spec-fixed", cfg)[0])} if cfg.drafter.startswith("ngram") else {}
-    costs = costs or measure_cost_table(lm, drafters=timed)
+    costs = costs or serving_costs(lm, cfg.drafter)
     cost_s = time.perf_counter() - started
     used = {cases[i % len(cases)].id: cases[i % len(cases)] for i in range(cfg.requests_per_level * max(cfg.concurrency))}
     references = reference_outputs(lm, list(used.values()), cfg.max_new_tokens)
