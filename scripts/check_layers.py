@@ -21,7 +21,7 @@ PACKAGE = "specdec_core"
 LAYERS = (
     ("leaves", ("errors", "offline", "suite", "provenance")),
     ("core", ("llama", "kernels", "batch", "models", "target", "sampling", "trace", "metrics", "theory",
-              "costmodel", "drafting", "decode")),
+              "costmodel", "drafting", "decode", "quant")),
     ("drafters", ("drafters",)),
     ("generation", ("generation",)),
     ("serving", ("serving",)),

@@ -9,7 +9,7 @@ Layers, top to bottom; each imports only from the layers below it (`scripts/chec
     generation   the front door: generate / stream by drafter name, with this machine's measured costs
     drafters/    one file per drafter, one registry (`make_drafter`), trained weights in weights/
     core         decode (the loops), drafting (the drafter interface and the shared draft loop),
-                 target, llama, batch, kernels, sampling, costmodel, trace, metrics, theory, models
+                 target, llama, batch, kernels, quant, sampling, costmodel, trace, metrics, theory, models
     leaves       suite (prompt files), provenance (commit, machine), errors, offline
 
 `cli.py` is the shell over all of them; nothing imports it.

@@ -34,7 +34,7 @@ def _csv(kind):
 def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     """Options shared by generate and bench (bench accepts comma lists for --k and --temperature)."""
     p.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default) or tiny")
-    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram (cost-aware), ngram-fixed, sim, early-exit, the trained draft, heads or eagle, or mix")
+    p.add_argument("--drafter", default="ngram", help="spec drafter: ngram (cost-aware), ngram-fixed, sim, early-exit, quant (the target quantised), the trained draft, heads, eagle, block, block-parallel, or mix")
     p.add_argument("--k", type=_csv(int) if sweep else int, default=[4] if sweep else 4,
                    help="max drafted tokens per step, 1..16" + (" (comma list to sweep)" if sweep else ""))
     p.add_argument("--dynamic-k", type=float, default=None, metavar="T",
@@ -44,6 +44,9 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
     p.add_argument("--ngram-min", type=int, default=1)
     p.add_argument("--ngram-max", type=int, default=3)
     p.add_argument("--early-exit-layers", type=int, default=4)
+    p.add_argument("--quant-bits", type=int, default=4, help="quant drafter: 4 (int4, default) or 8 (int8)")
+    p.add_argument("--quant-layers", type=int, default=None, metavar="L",
+                   help="quant drafter: only the first L layers (a quantised early exit; default all)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=_csv(float) if sweep else float, default=[0.0] if sweep else 0.0,
                    help="0 = greedy" + (" (comma list to sweep)" if sweep else ""))
@@ -57,6 +60,11 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16 or float64")
 
 
+def add_weights_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", default="fp32", help="the target's linear weights: fp32 (the reference), int8 or int4 "
+                   "(faster, text may differ; bench: write ar@weights=int4)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m specdec_core", description="A real, exact, observable speculative-decoding engine.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
@@ -67,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generation_options(g)
     g.add_argument("--json", action="store_true", help="print {text, token_ids, metrics} as JSON")
     g.add_argument("--trace", type=Path, help="save the step-by-step trace as JSON")
+    add_weights_option(g)
 
     b = sub.add_parser("bench", help="time modes on a prompt suite, interleaved per prompt")
     b.add_argument("--prompts", type=Path, default=PROMPTS_DIR / "quick.jsonl")
@@ -88,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure the serving cost table instead (packed batched forwards: requests x total tokens)")
     pr.add_argument("--rows", type=_csv(int), default=[1, 2, 4, 8, 16, 32], help="--serving: requests per forward")
     pr.add_argument("--out", type=Path, help="write the cost model as JSON")
+    add_weights_option(pr)
 
     rp = sub.add_parser("report", help="write an offline HTML report + Markdown summary from bench results")
     rp.add_argument("results", type=Path, nargs="+", help="one or more bench results JSON files")
@@ -107,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--requests-per-level", type=int, default=4, help="requests per level = this x concurrency")
     lt.add_argument("--max-new-tokens", type=int, default=64)
     lt.add_argument("--force-ar", action="store_true", help="the rollback switch: every scheme decodes plain AR")
+    add_weights_option(lt)
     lt.add_argument("--prompts", type=Path, default=PROMPTS_DIR / "suite.jsonl")
     lt.add_argument("--replay", type=Path, metavar="LOAD_JSON",
                     help="re-run the schedulers on this load-test's recorded drafts (simulated time)")
@@ -173,6 +184,7 @@ def cmd_generate(args) -> None:
     from .generation import check, config_from_args, generate
     from .metrics import positional_matches
     from .models import load_model
+    from .quant import with_weights
 
     if not args.prompt.strip():
         raise SpecDecError("the prompt is empty")
@@ -182,7 +194,7 @@ def cmd_generate(args) -> None:
     if mode.startswith("spec:"):  # accept bench-style labels too
         mode, args.drafter = "spec", mode.split(":", 1)[1]
     config = config_from_args(args, mode)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
     check(config, lm, len(lm.encode(args.prompt, args.raw)))
     with tqdm(total=config.max_new_tokens, unit="tok", disable=args.json or not sys.stderr.isatty(), leave=False) as bar:
         result = generate(lm, args.prompt, config, raw=args.raw, progress=lambda n: bar.update(n - bar.n))

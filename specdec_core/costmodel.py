@@ -188,7 +188,7 @@ def draft_costs(lm: LoadedModel, drafters: Mapping[str, Callable[[], Drafter]] |
 
 
 def _ratios_key(lm: LoadedModel) -> tuple:
-    return (lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads())
+    return (lm.name, lm.weights, str(lm.device), str(lm.dtype), torch.get_num_threads())
 
 
 def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], float]:
@@ -202,12 +202,20 @@ def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], float]:
     return ratios, cm.seconds(1)
 
 
+def model_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a model's parameters and buffers, each tensor once (tied and shared weights count once; a
+    quantised copy's packed codes are buffers): what one decode step streams, give or take the embedding
+    rows it skips."""
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
 def measure_cost_model(lm: LoadedModel, tokens=(1, 2, 3, 4, 6, 8, 12, 16), batch_sizes=(1,), repeats: int = 5,
                        drafters: Mapping[str, Callable[[], Drafter]] | None = None, progress=None) -> CostModel:
     """Forward times, each drafter's step (name -> factory) and the copy bandwidth, for `profile` and the app."""
-    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    weight_bytes = model_bytes(lm.model)
     return CostModel(
-        model=lm.name, device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
+        model=lm.name if lm.weights == "fp32" else f"{lm.name}@{lm.weights}", device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
         threads=torch.get_num_threads(), context_len=64,
         forward_s=measure_forward_times(lm, tokens, batch_sizes, repeats, progress=progress),
         draft_step_s={name: measure_draft_step(lm, build) for name, build in (drafters or {}).items()},

@@ -42,6 +42,7 @@ class LoadedModel:
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
+    weights: str = "fp32"  # how the decoder's linears are stored: fp32, or int8 / int4 (quant.with_weights)
 
     @property
     def context_length(self) -> int:

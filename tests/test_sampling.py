@@ -86,15 +86,16 @@ class UniformDrafter(Drafter):
         return Draft(tokens, self.q.expand(k, -1))
 
 
-def first_spec_tokens(lm, n: int, drafter_from_exact=None, drafter: str | None = None
+def first_spec_tokens(lm, n: int, drafter_from_exact=None, drafter: str | None = None, options: dict | None = None,
+                      context: tuple[int, ...] = (1500, 2300, 77, 4100, 900, 1500, 2300)
                       ) -> tuple[dict[int, int], torch.Tensor]:
     """Run n independent speculative steps (k=2) from one fixed context and count the first emitted
     token; also return the exact distribution that AR sampling draws that token from. The drafter is
     built from that distribution (default: uniform over its top 8), or is the registry's `drafter`,
     prefilled by the prompt's forward like in decoding and copied fresh for every step."""
     cfg = sd.GenerationConfig(mode="spec", k=2, max_new_tokens=8, seed=0, **({"drafter": drafter} if drafter else {}),
-                              **SAMPLING)
-    state = prepare(lm, [1500, 2300, 77, 4100, 900, 1500, 2300], cfg)
+                              drafter_options=options or {}, **SAMPLING)
+    state = prepare(lm, list(context), cfg)
     target, stopper, piecer = Target(lm), Stopper(lm, cfg), Piecer(lm.tokenizer)
     prefill(target, state, cfg, stopper, piecer)
     logits = target.forward(copy.deepcopy(state.cache), [state.tokens[-1]]).logits[-1]

@@ -6,11 +6,10 @@ import sys
 
 from ..errors import SpecDecError, ensure_writable
 from ..costmodel import measure_cost_model
-from ..decode import GenerationConfig
 from ..generation import drafter_factory
-from ..serving.engine import serving_drafter
-from ..serving.costs import CostTable, measure_cost_table
-from .loadtest import LoadConfig, dumps, matched_summary, run_load_test, workload
+from ..quant import with_weights
+from ..serving.costs import CostTable
+from .loadtest import LoadConfig, dumps, matched_summary, run_load_test, serving_costs, workload
 
 PROFILED_DRAFTERS = ("ngram", "early-exit")  # whose draft step `profile` times (c in the lab and the lessons)
 
@@ -34,7 +33,7 @@ def run_load_test_command(args) -> None:
     if args.requests_per_level < 1:
         raise SpecDecError(f"requests-per-level must be >= 1 (got {args.requests_per_level})")
     workload(args.prompts)  # a bad prompt file fails before the model loads
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
     total = sum(cfg.requests_per_level * c for c in cfg.concurrency) * len(cfg.schemes)
     with tqdm(total=total, desc="load-test", unit="req") as bar:
         result = run_load_test(lm, cfg, bar, args.prompts)
@@ -95,11 +94,9 @@ def run_serving_profile(args) -> None:
 
     if args.out:
         ensure_writable(args.out)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
     with tqdm(total=(args.repeats + 1) * len(args.rows) * len(TOKENS_PER_ROW), desc="serving costs", unit="fwd") as bar:
-        ngram = serving_drafter(lm, GenerationConfig(mode="spec", drafter="ngram"))  # the drafter a serving step times
-        costs = measure_cost_table(lm, rows=tuple(args.rows), repeats=args.repeats, drafters={"ngram": ngram},
-                                   progress=bar.update)
+        costs = serving_costs(lm, rows=tuple(args.rows), repeats=args.repeats, progress=bar.update)
     print(f"{costs.machine}: packed forward seconds by requests x total tokens")
     for g in costs.grid:
         print(f"{g['rows']:4d} requests  {g['tokens']:4d} tokens  {1000 * g['seconds']:8.1f} ms")
@@ -113,7 +110,7 @@ def run_profile(args) -> None:
 
     from ..models import load_model
 
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
     total = (args.repeats + 1) * len(args.tokens) * len(args.batch)
     with tqdm(total=total, desc="forward timings", unit="fwd") as bar:
         cm = measure_cost_model(lm, args.tokens, args.batch, args.repeats, progress=bar.update,

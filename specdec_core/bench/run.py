@@ -11,26 +11,24 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, fields, replace
 
 import torch
 
 from ..costmodel import measured_verify_ratios
 from ..errors import SpecDecError, ensure_writable
 from ..decode import MODES, GenerationConfig
-from ..drafters import DRAFTERS, DraftNet, ReducedVocab
+from ..drafters import DRAFTERS, OPTIONS, DraftNet, ReducedVocab
 from ..drafters.draft import causal_lm
 from ..drafters.weights import drafter_module
 from ..generation import check, config_from_args, generate
-from ..metrics import matching_prefix, peak_rss_bytes, pooled_counts, pooled_per_position
+from ..metrics import matching_prefix, peak_rss_bytes, positional_matches, pooled_counts, pooled_per_position
 from ..models import LoadedModel, load_model
+from ..quant import WEIGHTS, with_weights
 from ..provenance import cpu_name, git_commit
 from ..suite import PromptCase, load_prompts
 from ..target import Target, synchronize
@@ -39,15 +37,71 @@ HF_MODES = ("hf:ar", "hf:pld", "hf:assisted", "hf:assisted-default")
 NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is float noise, not a bug
 
 
-def parse_modes(text: str) -> list[str]:
-    modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
-    for mode in modes:
-        base, _, drafter = mode.partition(":")
-        ok = mode in HF_MODES or (base in MODES and base != "spec" and not drafter) or (base == "spec" and drafter in DRAFTERS)
-        if not ok:
-            raise SpecDecError(f"unknown mode {mode!r}: use ar, nar, jacobi, spec:DRAFTER ({', '.join(DRAFTERS)}) or {', '.join(HF_MODES)}")
-    if "ar" not in modes:
-        modes.insert(0, "ar")  # every speedup and identity check is relative to our own AR
+@dataclass(frozen=True)
+class Mode:
+    """One bench mode, `MODE[@key=value]...`: `ar`, `spec:ngram`, `hf:pld`, `ar@weights=int4`,
+    `spec:quant@bits=8@layers=15`. `weights` sets the target's precision (quant.WEIGHTS); any other key
+    is an option of the spec mode's drafter, by its full name (`quant_bits`) or without the drafter's
+    prefix (`bits`). Every variant runs interleaved with plain fp32 `ar`, so each ratio is one run's."""
+
+    label: str  # as written: the results' name for it
+    base: str  # ar, nar, jacobi, spec, or an hf:... peer
+    drafter: str | None = None
+    weights: str = "fp32"
+    options: tuple[tuple[str, object], ...] = ()  # drafter options, as (name, value) pairs
+
+    @property
+    def peer(self) -> bool:
+        return self.base in HF_MODES
+
+
+def parse_mode(text: str) -> Mode:
+    """One mode of the grammar above; anything else is a one-line error that names the mode."""
+    head, *settings = text.split("@")
+    base, _, drafter = head.partition(":")
+    ok = head in HF_MODES or (base in MODES and base != "spec" and not drafter) or (base == "spec" and drafter in DRAFTERS)
+    if not ok:
+        raise SpecDecError(f"unknown mode {text!r}: use ar, nar, jacobi, spec:DRAFTER ({', '.join(DRAFTERS)}) or "
+                           f"{', '.join(HF_MODES)}, each optionally followed by @key=value")
+    weights, options = "fp32", {}
+    known = [f.name for f in fields(OPTIONS[drafter])] if drafter in OPTIONS else []
+    prefix = (drafter or "").replace("-", "_") + "_"
+    for setting in settings:
+        key, eq, value = setting.partition("=")
+        if not eq or not key or not value:
+            raise SpecDecError(f"mode {text!r}: write each setting as @key=value (got {setting!r})")
+        if key == "weights" and head not in HF_MODES:
+            if value not in WEIGHTS:
+                raise SpecDecError(f"mode {text!r}: weights must be one of {', '.join(WEIGHTS)} (got {value!r})")
+            weights = value
+        elif key in known or prefix + key in known:
+            options[key if key in known else prefix + key] = _number(value)
+        else:
+            allowed = ["weights"] * (head not in HF_MODES) + [k.removeprefix(prefix) for k in known]
+            raise SpecDecError(f"mode {text!r}: unknown setting {key!r}" +
+                               (f" (choose {', '.join(allowed)})" if allowed else " (this mode takes none)"))
+    return Mode(text, head if head in HF_MODES else base, drafter or None, weights, tuple(options.items()))
+
+
+def mode_config(config: GenerationConfig, mode: Mode) -> GenerationConfig:
+    """`config` (the run's settings) as this mode decodes it: its loop, its drafter and the drafter's options."""
+    return replace(config, mode=mode.base, drafter=mode.drafter or config.drafter,
+                   drafter_options={**config.drafter_options, **dict(mode.options)})
+
+
+def _number(value: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def parse_modes(text: str) -> list[Mode]:
+    modes = [parse_mode(m) for m in dict.fromkeys(m.strip() for m in text.split(",") if m.strip())]
+    if "ar" not in [m.label for m in modes]:
+        modes.insert(0, parse_mode("ar"))  # every speedup and identity check is relative to our own fp32 AR
     return modes
 
 
@@ -94,7 +148,7 @@ class HFRunner:
         return out[0, len(prompt_ids):].tolist(), time.perf_counter() - start
 
 
-def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config: GenerationConfig) -> dict:
+def run_case(lm: LoadedModel, hf: HFRunner, mode: Mode, case: PromptCase, config: GenerationConfig) -> dict:
     """One mode on one prompt (all turns). wall_s covers prefill + decode, not tokenisation."""
     messages: list[dict] = []
     token_ids: list[int] = []
@@ -110,12 +164,11 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
     for turn_index, turn in enumerate(case.turns):
         messages.append({"role": "user", "content": turn})
         prompt_ids = lm.encode(messages)
-        if mode.startswith("hf:"):
-            ids, seconds = hf.generate(mode, prompt_ids, config)
+        if mode.peer:
+            ids, seconds = hf.generate(mode.base, prompt_ids, config)
             wall += seconds
         else:
-            base, _, drafter = mode.partition(":")
-            result = generate(lm, prompt_ids, replace(config, mode=base, drafter=drafter or config.drafter))
+            result = generate(with_weights(lm, mode.weights), prompt_ids, mode_config(config, mode))
             ids, m = result.token_ids, result.metrics
             wall += m["wall_s"]
             forwards += m["target_forwards"]
@@ -130,8 +183,8 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             lengths = pooled_counts([lengths, m["accepted_length_hist"]])
         token_ids += ids
         messages.append({"role": "assistant", "content": lm.decode(ids)})
-    hf_mode = mode.startswith("hf:")
-    return {"prompt_id": case.id, "category": case.category, "mode": mode, "k": config.k,
+    hf_mode = mode.peer
+    return {"prompt_id": case.id, "category": case.category, "mode": mode.label, "k": config.k,
             "temperature": config.temperature, "token_ids": token_ids, "text": lm.decode(token_ids),
             "new_tokens": len(token_ids), "wall_s": wall, "ttft_s": None if hf_mode else ttft,
             "target_forwards": None if hf_mode else forwards,
@@ -142,7 +195,7 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: str, case: PromptCase, config:
             "kv_cache_bytes": None if hf_mode else kv_bytes, "drafter_bytes": None if hf_mode else drafter_bytes,
             "peak_rss_bytes": peak_rss_bytes(),
             "peak_gpu_bytes": torch.cuda.max_memory_allocated(lm.device) if on_gpu else None,
-            "assistant": hf.assistant_label() if mode.startswith("hf:assisted") else None}
+            "assistant": hf.assistant_label() if mode.base.startswith("hf:assisted") else None}
 
 
 def near_tie_margin(lm: LoadedModel, case: PromptCase, reference: list[int], position: int) -> float | None:
@@ -191,6 +244,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
             "mean_accepted_length": statistics.mean(taus) if taus else None,
             "acceptance_rate": statistics.mean(rates) if rates else None,
             "identical_to_ar": f"{sum(bool(r.get('identical_to_ar')) for r in greedy)}/{len(greedy)}" if greedy else None,
+            "agreement_with_ar": statistics.mean(r["agreement_with_ar"] for r in greedy) if greedy else None,
             "tokens_per_s": sum(r["new_tokens"] for r in rows) / sum(r["wall_s"] for r in rows),
             "ttft_s": statistics.median(ttfts) if ttfts else None,
             # position i: P(the first i drafts were all accepted | the step drafted at least i), as in
@@ -241,6 +295,9 @@ def run_bench(args) -> dict:
     sweeps = [(k, t) for k in args.k for t in args.temperature]
     for k, t in sweeps:  # validate every setting before the first long run
         check(config_from_args(args, "spec", k, t), lm, 1)
+        for mode in modes:
+            if mode.base == "spec":
+                check(mode_config(config_from_args(args, "spec", k, t), mode), lm, 1)
     sweep = len(sweeps) > 1
     hf = HFRunner(lm)
     # Warm up every mode once (kernels, the assistant model, drafters' cost measurements), so no mode's
@@ -260,15 +317,17 @@ def run_bench(args) -> dict:
                     shift = (case_index + repeat) % len(modes)
                     rows = {}
                     for mode in modes[shift:] + modes[:shift]:
-                        rows[mode] = run_case(lm, hf, mode, case, config)
+                        rows[mode.label] = run_case(lm, hf, mode, case, config)
                         bar.update()
                     for mode in modes:
-                        row = rows[mode]
+                        row = rows[mode.label]
                         row["repeat"] = repeat
                         row["identical_to_ar"] = None
                         if t == 0:
                             reference = rows["ar"]["token_ids"]
                             row["identical_to_ar"] = row["token_ids"] == reference
+                            # quantised weights may change the text: how much of fp32 ar's does it keep?
+                            row["agreement_with_ar"] = positional_matches(row["token_ids"], reference) / max(1, len(reference))
                             if not row["identical_to_ar"]:
                                 pos = matching_prefix(row["token_ids"], reference)
                                 margin = near_tie_margin(lm, case, reference, pos)
@@ -276,7 +335,7 @@ def run_bench(args) -> dict:
                                                      "near_tie": margin is not None and margin < NEAR_TIE}
                         results.append(row)
     summary, by_category = summarise(results, sweep)
-    report = {"environment": environment(lm), "config": {"prompts": str(args.prompts), "modes": modes, "k": args.k,
+    report = {"environment": environment(lm), "config": {"prompts": str(args.prompts), "modes": [m.label for m in modes], "k": args.k,
               "temperature": args.temperature, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens},
               "results": results, "summary": summary, "by_category": by_category}
     args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1))

@@ -19,17 +19,18 @@ from .eagle import EagleDrafter, EagleNet
 from .heads import HeadsDrafter, MedusaHeads
 from .mix import MixDrafter
 from .ngram import NgramDrafter, NgramOptions
+from .quant import QuantOptions, quant_drafter
 from .sim import SimOptions, SimulatedDrafter
 from .small_model import DraftModelDrafter, EarlyExitOptions, early_exit_model
 from .vocab import ReducedVocab, module_vocab
 from .weights import drafter_module
 
-DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "draft", "heads", "eagle", "block", "block-parallel", "mix")
+DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "quant", "draft", "heads", "eagle", "block", "block-parallel", "mix")
 TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters with trained weights (`train-draft --kind`)
 MIX_MODEL = "heads"  # the trained drafter `mix` weighs against n-gram lookup: the fastest one on free text (BENCHMARKS §7)
 # Each drafter's own knobs; drafters not listed have none (the model drafters share the config's dynamic_k).
 OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
-                            "sim": SimOptions, "early-exit": EarlyExitOptions}
+                            "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions}
 OPTION_NAMES = tuple(sorted({f.name for cls in set(OPTIONS.values()) for f in fields(cls)}))
 
 
@@ -76,6 +77,8 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
     if name == "early-exit":
         model = early_exit_model(lm, options.early_exit_layers)
         return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k)
+    if name == "quant":
+        return quant_drafter(lm, options, config.dynamic_k)
     if name == "draft":
         net = drafter_module(lm, "draft", DraftNet)
         model, vocab = serving_lm(net, lm.model)

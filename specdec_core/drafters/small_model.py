@@ -72,7 +72,7 @@ class DraftModelDrafter(Drafter):
 
         Each request first catches its own cache up with its context (the tokens accepted since its
         last proposal), then its cache is copied into one ragged cache and the requests draft side by
-        side, every row of each forward one request's latest token (`serving/batch.py`)."""
+        side, every row of each forward one request's latest token (`batch.py`)."""
         from ..batch import RaggedCache, batch_forward
 
         models = {id(d.model) for d in drafters}
@@ -113,7 +113,8 @@ class DraftModelDrafter(Drafter):
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for layer in self.cache.layers
                     for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
-        weights = 0 if self.owned is None else sum(p.numel() * p.element_size() for p in self.owned.parameters())
+        weights = 0 if self.owned is None else sum(t.numel() * t.element_size()
+                                                   for t in (*self.owned.parameters(), *self.owned.buffers()))
         head = 0 if self.vocab is None else self.vocab.weight.numel() * self.vocab.weight.element_size()
         return cache + weights + head
 
