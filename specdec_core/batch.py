@@ -35,8 +35,8 @@ class RaggedCache:
         self.layers = config.num_hidden_layers
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.dtype = model.lm_head.weight.dtype
-        self.device = model.lm_head.weight.device
+        self.dtype = model.model.embed_tokens.weight.dtype  # the residual stream's (a quantised head has no .weight)
+        self.device = model.model.embed_tokens.weight.device
         self.keys = self._empty(slots, capacity)
         self.values = self._empty(slots, capacity)
         self.lengths = [0] * slots

@@ -203,10 +203,13 @@ def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], float]:
 
 
 def model_bytes(model: torch.nn.Module) -> int:
-    """Bytes of a model's parameters and buffers, each tensor once (tied and shared weights count once; a
-    quantised copy's packed codes are buffers): what one decode step streams, give or take the embedding
-    rows it skips."""
+    """Bytes one decode step streams: every parameter and buffer once (a quantised copy's packed codes are
+    buffers; tied weights count once), less the embedding table when it is not also the output head (a
+    lookup reads one row of it per token)."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    embedding = model.model.embed_tokens.weight
+    if getattr(model.lm_head, "weight", None) is not embedding:
+        tensors.pop(id(embedding), None)
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 

@@ -26,6 +26,9 @@ Prompt = str | list[int] | list[dict]
 def check(config: GenerationConfig, lm: LoadedModel, prompt_len: int) -> None:
     """Raise SpecDecError with a one-line message for any bad setting, the drafter's own included."""
     config.validate(lm, prompt_len)
+    if config.mode == "spec" and lm.weights != "fp32":
+        raise SpecDecError(f"spec verifies with the fp32 target, not {lm.weights} weights: draft with "
+                           f"the quantised copy instead (drafter quant)")
     if config.mode == "spec":
         check_drafter(config.drafter, config.drafter_options, lm)
 

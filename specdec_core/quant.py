@@ -16,8 +16,11 @@ Where the int4 codes come from matters for what the copy *is*:
   weights, the case a real fp16 checkpoint would give.
 - `tiny` (random weights, no GGUF) gets int4 by the same asymmetric min/max rule per group of 32.
 
-The tied embedding/output head (49,152 × 576) stays fp32 and shared with the target: the embedding
-lookup reads one row per token, and the head is one matmul that the kernel choice already handles.
+The tied embedding/output head (49,152 × 576): the embedding stays the target's fp32 table (a lookup
+reads one row per token), the head becomes int8 (one scale per row). Measured on the quant drafter over
+six chat/story prompts (k = 4): first-draft acceptance 0.968 with the fp32 head, 0.967 with int8, 0.901
+with int4, and the int8 head reads 28 MB per token instead of 113 MB; so int8, the cheapest head that
+keeps the copy's guesses (the GGUF stores this table as Q8_0: int8 is its own precision).
 """
 from __future__ import annotations
 
@@ -112,8 +115,8 @@ def gguf_int4_codes(lm: LoadedModel) -> dict[str, tuple[torch.Tensor, torch.Tens
 
 
 def quantised_copy(lm: LoadedModel, bits: int, layers: int | None = None) -> LlamaForCausalLM:
-    """The target with its decoder linears quantised (int4 or int8), its first `layers` decoder layers only
-    (None: all), sharing the target's embedding, norms, rotary tables and fp32 output head."""
+    """The target with its decoder linears quantised (int4 or int8) and an int8 output head, its first
+    `layers` decoder layers only (None: all), sharing the target's embedding table, norms and rotary tables."""
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}")
     config = lm.model.config
@@ -127,7 +130,7 @@ def quantised_copy(lm: LoadedModel, bits: int, layers: int | None = None) -> Lla
     copy.model.embed_tokens = lm.model.model.embed_tokens
     copy.model.norm = lm.model.model.norm
     copy.model.rotary_emb = lm.model.model.rotary_emb
-    copy.lm_head = lm.model.lm_head
+    copy.lm_head = Int8Linear(*quantise_int8(lm.model.lm_head.weight.detach()))
     copy.model.layers = torch.nn.ModuleList()
     for i, source in enumerate(lm.model.model.layers[:layers]):
         layer = torch.nn.Module()

@@ -42,7 +42,9 @@ class Mode:
     """One bench mode, `MODE[@key=value]...`: `ar`, `spec:ngram`, `hf:pld`, `ar@weights=int4`,
     `spec:quant@bits=8@layers=15`. `weights` sets the target's precision (quant.WEIGHTS); any other key
     is an option of the spec mode's drafter, by its full name (`quant_bits`) or without the drafter's
-    prefix (`bits`). Every variant runs interleaved with plain fp32 `ar`, so each ratio is one run's."""
+    prefix (`bits`). `weights` is for ar, nar and jacobi: spec always verifies with the fp32 target (its
+    cheap reader is the drafter `quant`). Every variant runs interleaved with plain fp32 `ar`, so each
+    ratio is one run's."""
 
     label: str  # as written: the results' name for it
     base: str  # ar, nar, jacobi, spec, or an hf:... peer
@@ -70,14 +72,14 @@ def parse_mode(text: str) -> Mode:
         key, eq, value = setting.partition("=")
         if not eq or not key or not value:
             raise SpecDecError(f"mode {text!r}: write each setting as @key=value (got {setting!r})")
-        if key == "weights" and head not in HF_MODES:
+        if key == "weights" and base in ("ar", "nar", "jacobi"):
             if value not in WEIGHTS:
                 raise SpecDecError(f"mode {text!r}: weights must be one of {', '.join(WEIGHTS)} (got {value!r})")
             weights = value
         elif key in known or prefix + key in known:
             options[key if key in known else prefix + key] = _number(value)
         else:
-            allowed = ["weights"] * (head not in HF_MODES) + [k.removeprefix(prefix) for k in known]
+            allowed = ["weights"] * (base in ("ar", "nar", "jacobi")) + [k.removeprefix(prefix) for k in known]
             raise SpecDecError(f"mode {text!r}: unknown setting {key!r}" +
                                (f" (choose {', '.join(allowed)})" if allowed else " (this mode takes none)"))
     return Mode(text, head if head in HF_MODES else base, drafter or None, weights, tuple(options.items()))

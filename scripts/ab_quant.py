@@ -1,0 +1,132 @@
+"""A/B of the quantised linears (kernels.Int4Linear / Int8Linear) against fp32, on this machine, interleaved.
+
+1. One linear of each shape SmolLM2 has (q/o 576→576, k/v 576→192, gate/up 576→1536, down 1536→576,
+   the head 576→49152) at 1, 2, 4 and 8 rows: fp32 through the project's kernel choice (kernels.py),
+   int4 (groups of 32) and int8 (per row), both with bf16 activations; median ms, ratios to fp32.
+2. Whole forwards of 1, 2, 4 and 8 new tokens on a 64-token context for the fp32 target and its int8 and
+   int4 copies (costmodel.measure_forward_times), and greedy AR tokens/s against the copy-bandwidth
+   roofline (bytes per token = every tensor the model holds, once).
+3. Where a one-token step goes: torch.profiler's self time of the matmul kernels over the step's wall time,
+   so the share spent outside matmuls (norms, rotary, attention, Python) is measured, not guessed.
+
+Usage: .venv/bin/python scripts/ab_quant.py [--repeats 7] [--out benchmarks/quant-kernels-cpu.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import specdec_core as sd  # noqa: E402
+from specdec_core import quant  # noqa: E402
+from specdec_core.costmodel import measure_bandwidth_gb_s, measure_forward_times, model_bytes  # noqa: E402
+from specdec_core.kernels import Int4Linear, Int8Linear, pack_weight, small_batch_linear  # noqa: E402
+from specdec_core.provenance import cpu_name, git_commit  # noqa: E402
+
+SHAPES = {"q/o 576x576": (576, 576), "k/v 192x576": (192, 576), "gate/up 1536x576": (1536, 576),
+          "down 576x1536": (576, 1536), "head 49152x576": (49152, 576)}
+ROWS = (1, 2, 4, 8)
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise",
+              "aten::_weight_int4pack_mm_for_cpu", "aten::_weight_int8pack_mm")
+
+
+def fp32_linear(weight: torch.Tensor) -> torch.nn.Linear:
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    linear.weight.data.copy_(weight)
+    linear.packed_weight = pack_weight(linear.weight)
+    linear.forward = types.MethodType(small_batch_linear, linear)
+    return linear
+
+
+def median_ms(fn, x: torch.Tensor, calls: int) -> float:
+    with torch.inference_mode():
+        fn(x)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(x)
+    return 1000 * (time.perf_counter() - start) / calls
+
+
+def kernel_table(repeats: int) -> dict:
+    torch.manual_seed(0)
+    out = {}
+    for name, (n, k) in SHAPES.items():
+        weight = torch.randn(n, k) * 0.05
+        variants = {"fp32": fp32_linear(weight), "int4/bf16": Int4Linear(*quant.quantise_int4(weight)),
+                    "int8/bf16": Int8Linear(*quant.quantise_int8(weight))}
+        calls = 20 if n > 10_000 else 200
+        samples = {(v, r): [] for v in variants for r in ROWS}
+        for _ in range(repeats):  # interleaved: every variant and row count once per round
+            for (v, r), times in samples.items():
+                times.append(median_ms(variants[v], torch.randn(r, k), calls))
+        out[name] = {f"{v}@{r}": statistics.median(t) for (v, r), t in samples.items()}
+    return out
+
+
+def step_profile(lm) -> dict:
+    """Self CPU time of matmul kernels over one-token steps, against the steps' wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cache = sd.target.Target(lm).new_cache()
+    ids = torch.randint(100, 10000, (1, 64))
+    with torch.inference_mode():
+        sd.llama.forward(lm.model, cache, ids, last_only=True)
+        steps = 20
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            for _ in range(steps):
+                sd.llama.forward(lm.model, cache, torch.randint(100, 10000, (1, 1)))
+            wall = time.perf_counter() - start
+    matmul_us = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL_OPS)
+    return {"step_ms": 1000 * wall / steps, "matmul_ms": matmul_us / 1000 / steps,
+            "outside_matmul_share": 1 - matmul_us / 1e6 / wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    table = kernel_table(args.repeats)
+    print(f"{'linear':18s} " + " ".join(f"{v + '@' + str(r):>13s}" for v in ('fp32', 'int4/bf16', 'int8/bf16') for r in ROWS))
+    for name, row in table.items():
+        print(f"{name:18s} " + " ".join(f"{row[f'{v}@{r}']:13.3f}" for v in ('fp32', 'int4/bf16', 'int8/bf16') for r in ROWS))
+    base = sd.load_model("smollm2-135m", device="cpu")
+    models = {w: quant.with_weights(base, w) for w in quant.WEIGHTS}
+    forwards = {w: [] for w in models}
+    for _ in range(args.repeats):
+        for w, lm in models.items():
+            forwards[w].append({r["tokens"]: r["seconds"] for r in measure_forward_times(lm, ROWS, repeats=1)})
+    bandwidth = measure_bandwidth_gb_s(base.device)
+    prompt, config = "Write a short story about a robot who learns to paint.", sd.GenerationConfig(max_new_tokens=64)
+    rates = {w: [] for w in models}
+    for _ in range(3):
+        for w, lm in models.items():
+            rates[w].append(sd.generate(lm, prompt, config).metrics["tokens_per_s"])
+    summary = {}
+    for w, lm in models.items():
+        ms = {t: 1000 * statistics.median(f[t] for f in forwards[w]) for t in ROWS}
+        size = model_bytes(lm.model)
+        summary[w] = {"forward_ms": ms, "bytes": size, "roofline_tokens_per_s": bandwidth * 1e9 / size,
+                      "ar_tokens_per_s": statistics.median(rates[w]), **step_profile(lm)}
+        s = summary[w]
+        print(f"{w}: forward ms {', '.join(f'{t}: {v:.1f}' for t, v in ms.items())}; {size / 1e6:.0f} MB/token, "
+              f"roofline {s['roofline_tokens_per_s']:.0f} tok/s, AR {s['ar_tokens_per_s']:.1f} tok/s "
+              f"({100 * s['ar_tokens_per_s'] / s['roofline_tokens_per_s']:.0f}% of roofline); one-token step "
+              f"{s['step_ms']:.1f} ms, {100 * s['outside_matmul_share']:.0f}% outside matmuls")
+    if args.out:
+        args.out.write_text(json.dumps({"environment": {"cpu": cpu_name(), "commit": git_commit(),
+                                                        "threads": torch.get_num_threads(), "torch": torch.__version__,
+                                                        "bandwidth_gb_s": bandwidth},
+                                        "linears_ms": table, "models": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
