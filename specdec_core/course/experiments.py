@@ -224,16 +224,38 @@ def _temperature_tau(lm: LoadedModel) -> tuple[float, dict]:
                        "prompts": len(prompts)}
 
 
+def _first_answer_logits(lm: LoadedModel) -> torch.Tensor:
+    """The target's next-token logits for the first answer token of the first chat prompt."""
+    from ..target import Target
+
+    target = Target(lm)
+    return target.forward(target.new_cache(), lm.encode(CHAT_PROMPTS[0]), last_only=True).logits[-1]
+
+
+def _onehot_acceptance(lm: LoadedModel) -> tuple[float, dict]:
+    """A deterministic drafter through the engine's `verify_sampled`: q one-hot on the target's favourite
+    first answer token of a chat prompt, p at temperature 1.0, 4000 one-draft steps. The draft is accepted
+    with probability p(x), however sure the drafter was; p(x) and the share of outputs equal to x beside it."""
+    from ..sampling import SamplingParams, first_token_counts, logits_to_probs, verify_sampled
+
+    p = logits_to_probs(_first_answer_logits(lm), SamplingParams(temperature=1.0))
+    top = int(torch.argmax(p))
+    q = torch.zeros_like(p)
+    q[top] = 1.0
+    trials = 4000
+    counts, accepted = first_token_counts(verify_sampled, p, q, trials, torch.Generator().manual_seed(0))
+    return accepted / trials, {"token": lm.decode([top]), "p_of_draft": float(p[top]), "trials": trials,
+                               "output_is_draft": counts.get(top, 0) / trials, "p_temperature": 1.0}
+
+
 def _sampling_acceptance(lm: LoadedModel) -> tuple[float, dict]:
     """The engine's `verify_sampled` on one real (p, q) pair from SmolLM2's next-token distribution:
     p at temperature 1.0 (what the user asked for), q at temperature 0.7 (a drafter that agrees with
     the target but samples colder). Measured acceptance vs β = Σ min(p, q), and the first emitted
     token's frequencies vs p (they must match p, not q)."""
     from ..sampling import SamplingParams, first_token_counts, logits_to_probs, verify_sampled
-    from ..target import Target
 
-    target = Target(lm)
-    logits = target.forward(target.new_cache(), lm.encode(CHAT_PROMPTS[0]), last_only=True).logits[-1]
+    logits = _first_answer_logits(lm)
     p = logits_to_probs(logits, SamplingParams(temperature=1.0))
     q = logits_to_probs(logits, SamplingParams(temperature=0.7))
     trials = 4000
@@ -430,6 +452,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sampling_acceptance_real_pq", {"zh": "引擎的 verify_sampled 在真实 p（温度 1.0）与 q（温度 0.7）上的接受率",
                                                "en": "Acceptance rate of the engine's verify_sampled on a real p (temperature 1.0) and q (temperature 0.7)"},
                "fraction", _sampling_acceptance),
+    Experiment("sampling_acceptance_onehot_top", {"zh": "确定性草稿（one-hot q，押目标最可能的 token）经引擎 verify_sampled 在温度 1.0 下的接受率",
+                                                  "en": "Acceptance rate of a deterministic draft (one-hot q on the target's favourite token) through the engine's verify_sampled at temperature 1.0"},
+               "fraction", _onehot_acceptance),
     Experiment("serving_batching_gain_c8", {"zh": "逐 token 服务（ar，闭环）在 8 个请求同时在途时的总吞吐，相对 1 个请求时的倍数",
                                             "en": "Aggregate tokens/s of one-token-per-step serving (ar, closed loop) at 8 requests in flight over 1"},
                "x", _batching_gain, reads=SUITE),

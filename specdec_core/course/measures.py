@@ -95,38 +95,83 @@ def _mode(mode: str, field: str, *rest: Key) -> tuple[Key, ...]:
     return ("summary", mode, field, *rest)
 
 
+def _tau(run: dict, mode: str) -> float:
+    return run["summary"][mode]["mean_accepted_length"]
+
+
+def _tau_gain(k: int) -> Measure:
+    """What the block drafter's Markov head adds to τ: τ(block) / τ(block-parallel) − 1 at draft length k."""
+    return Measure("block", _mode(f"spec:block@k={k},t=0", "mean_accepted_length"), "{:+.1f} %", scale=100,
+                   derive=lambda d: _tau(d, f"spec:block@k={k},t=0") / _tau(d, f"spec:block-parallel@k={k},t=0") - 1)
+
+
 def _family() -> dict[str, Measure]:
-    """The registry: every name a lesson or quiz text may quote."""
+    """The registry: every name a lesson or quiz text quotes (a test checks that each one is quoted)."""
     m: dict[str, Measure] = {
-        # §3, the cost profile: one forward over n new tokens, and the draft steps it timed
+        # §3, the cost profile: forwards over n new tokens, the draft steps it timed, the copy bandwidth
         "cost.forward_1_ms": Measure("cost", _forward(1), "{:.0f} ms", scale=1000),
         "cost.c.ngram": Measure("cost", ("draft_step_s", "ngram"), "{:.3f}", per=_forward(1)),
         "cost.c.early_exit": Measure("cost", ("draft_step_s", "early-exit"), "{:.2f}", per=_forward(1)),
         "cost.draft_ms.early_exit": Measure("cost", ("draft_step_s", "early-exit"), "{:.1f} ms", scale=1000),
         "cost.r8.5": _verify_ratio(5, batch=8),
+        # a one-token forward's weight traffic (all weights once) over the measured copy bandwidth
+        "cost.roofline_share": Measure("cost", ("weight_bytes",), "{:.0f} %", scale=100, derive=lambda d: (
+            d["weight_bytes"] / _seconds(d, 1, 1) / (d["bandwidth_gb_s"] * 1e9))),
         # §1, the whole suite
-        "suite.early_exit.speedup": Measure("suite", _mode("spec:early-exit", "speedup_vs_ar"), "{:.2f}×"),
-        # §8b, calibration of the block drafter's confidence head (offline, held-out sequences)
+        "suite.copy.speedup": Measure("suite", ("by_category", "copy", "spec:ngram", "speedup_vs_ar"), "{:.2f}×"),
+        "suite.early_exit.acceptance": Measure("suite", _mode("spec:early-exit", "acceptance_rate")),
+        # §7a: the trained drafters on the suite's free text
+        "trained.eagle.chat": Measure("trained", ("by_category", "chat", "spec:eagle", "speedup_vs_ar"), "{:.2f}×"),
+        "trained.eagle.s1": Measure("trained", _mode("spec:eagle", "acceptance_per_pos", 0)),
+        # §8a: what the block drafter's Markov head adds to τ
+        "block.gain.k5": _tau_gain(5),
+        "block.gain.k7": _tau_gain(7),
+        "block-t1.gain": Measure("block-t1", _mode("spec:block", "mean_accepted_length"), "{:+.1f} %", scale=100,
+                                 derive=lambda d: _tau(d, "spec:block") / _tau(d, "spec:block-parallel") - 1),
+        # §8b: calibration of the block drafter's confidence head (offline, held-out sequences)
         "calibration.p1.t": Measure("calibration", ("greedy", "positions", {"position": 1}, "temperature"), "{:.2f}"),
     }
-    for n in (2, 3, 4, 5, 6, 16):  # r(n): a forward over n new tokens over a one-token forward
+    for n in (2, 5, 16):  # r(n): a forward over n new tokens over a one-token forward
         m[f"cost.r.{n}"] = _verify_ratio(n)
+    for name, mode, category in (("sweep.sim.k4", "spec:sim@k=4,t=0", None), ("sweep.sim.k8", "spec:sim@k=8,t=0", None),
+                                 ("sweep.sim.k16", "spec:sim@k=16,t=0", None),  # §2: the k sweep on the quick suite
+                                 ("sweep.ngram.copy.k16", "spec:ngram@k=16,t=0", "copy"),
+                                 ("sweep.ngram-fixed.copy.k4", "spec:ngram-fixed@k=4,t=0", "copy"),
+                                 ("sweep.ngram-fixed.copy.k16", "spec:ngram-fixed@k=16,t=0", "copy")):
+        path = ("by_category", category, mode, "speedup_vs_ar") if category else _mode(mode, "speedup_vs_ar")
+        m[name] = Measure("sweep", path, "{:.2f}×")
     for drafter in ("draft", "heads", "eagle"):  # §7a: 18 free-text prompts, k = 4, two repeats
         m[f"trained.{drafter}.speedup"] = Measure("trained", _mode(f"spec:{drafter}", "speedup_vs_ar"), "{:.2f}×")
         m[f"trained.{drafter}.tau"] = Measure("trained", _mode(f"spec:{drafter}", "mean_accepted_length"))
-        m[f"trained.{drafter}.s1"] = Measure("trained", _mode(f"spec:{drafter}", "acceptance_per_pos", 0))
         for k in (1, 2, 3, 4):  # §7b′: the k sweep on the quick suite
             m[f"trained-k.{drafter}.k{k}"] = Measure("trained-k", _mode(f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"),
                                                      "{:.2f}×")
-    for drafter in ("ngram", "ngram-fixed", "sim"):  # §2: the k sweep of the n-gram drafters and sim
-        for k in (1, 2, 4, 8, 16):
-            m[f"sweep.{drafter}.k{k}"] = Measure("sweep", _mode(f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"), "{:.2f}×")
-            m[f"sweep.{drafter}.copy.k{k}"] = Measure(
-                "sweep", ("by_category", "copy", f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"), "{:.2f}×")
-    for kind in ("heads", "eagle", "draft", "block", "block-parallel"):  # the model cards (offline, held out)
-        card = ("files", f"{kind}.safetensors", "card")
-        m[f"cards.{kind}.s1"] = Measure("cards", (*card, "offline_heldout", "greedy", "survival", 0))
-    for n in ("4096", "8192"):
+    for drafter in ("block", "block-parallel", "eagle"):  # §8a: the whole suite, greedy, k = 7
+        mode = f"spec:{drafter}@k=7,t=0"
+        m[f"block.{drafter}.tau7"] = Measure("block", _mode(mode, "mean_accepted_length"))
+        if drafter != "block-parallel":
+            m[f"block.{drafter}.speedup7"] = Measure("block", _mode(mode, "speedup_vs_ar"), "{:.2f}×")
+        if drafter != "eagle":
+            m[f"block.{drafter}.s1"] = Measure("block", _mode(mode, "acceptance_per_pos", 0), "{:.3f}")
+            m[f"block.{drafter}.s2"] = Measure("block", _mode(mode, "acceptance_per_pos", 1), "{:.3f}")
+            m[f"block.{drafter}.a2"] = Measure("block", _mode(mode, "acceptance_per_pos", 1),
+                                               per=_mode(mode, "acceptance_per_pos", 0))
+    for drafter in ("block", "block-parallel"):  # §8a at temperature 1.0, and offline on held-out template text
+        m[f"block-t1.{drafter}.tau"] = Measure("block-t1", _mode(f"spec:{drafter}", "mean_accepted_length"))
+        m[f"cards.{drafter}.tau7"] = Measure("cards", ("files", f"{drafter}.safetensors", "card", "offline_heldout",
+                                                       "greedy", "tau", "7"))
+    for regime, j, when in (("greedy", 1, "before"), ("greedy", 1, "after"), ("greedy", 2, "before"),
+                            ("greedy", 2, "after"), ("greedy", 3, "before"), ("greedy", 3, "after"),
+                            ("sampled", 1, "after")):  # §8b: the ECE per position
+        m[f"calibration.{regime}.p{j}.{when}"] = Measure(
+            "calibration", (regime, "positions", {"position": j}, f"ece_{when}"), "{:.1f} %", scale=100)
+    for c in (1, 4):  # §8c: plain decoding's per-user speed as requests join
+        m[f"load-block.ar.user.c{c}"] = Measure("load-block", ("runs", {"scheme": "ar", "concurrency": c},
+                                                               "per_user_tok_s"), "{:.1f}")
+    eagle_card = ("files", "eagle.safetensors", "card", "offline_heldout", "greedy")  # the model card, held out
+    m["cards.eagle.s1"] = Measure("cards", (*eagle_card, "survival", 0))
+    m["cards.eagle.a4"] = Measure("cards", (*eagle_card, "conditional", 3))
+    for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
         m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
                                            "{:.1f} %", scale=100)
     return m
