@@ -93,10 +93,11 @@ LANES = ("ar", "nar", "jacobi", "spec")
 DEFAULT_DRAFTER = "mix"
 PER_PROMPT = "per-prompt"
 
-# How a title names the spec lane's drafter (others: by their registry name). {model}: mix's trained drafter.
+# How a title names the spec lane's drafter (others: by their registry name). {model}: mix's model drafters.
 DRAFTER_NOTES = {
-    "mix": {"zh": "mix 草稿：照抄处用 n-gram，其余用已训练的{model}",
-            "en": "mix drafter: n-gram where copied, the trained {model} elsewhere"},
+    "mix": {"zh": "mix 草稿：照抄处用 n-gram，其余用{model}",
+            "en": "mix drafter: n-gram where copied, else {model}"},
+    "quant": {"zh": "int4 量化的目标模型", "en": "the int4-quantised target"},
     "ngram": {"zh": "n-gram 草稿", "en": "n-gram drafting"},
     "sim": {"zh": "模拟草稿，命中率 {hit_rate}", "en": "simulated drafter, hit rate {hit_rate}"},
     "eagle": {"zh": " EAGLE 草稿器", "en": "EAGLE drafter"},
@@ -116,11 +117,11 @@ def spec_drafter(entry: dict, drafter: str) -> tuple[str, dict]:
 
 
 def title(entry: dict, drafter: str, config: dict) -> dict:
-    model = sd.drafters.MIX_MODEL
     out = {}
     for lang, sep in (("zh", "（{}）"), ("en", " ({})")):
         note = DRAFTER_NOTES.get(drafter, {}).get(lang, drafter)
-        named = DRAFTER_NOTES.get(model, {}).get(lang, model)
+        named = (" 或 " if lang == "zh" else " or ").join(DRAFTER_NOTES.get(m, {}).get(lang, m).strip()
+                                                           for m in sd.drafters.MIX_MODELS)
         out[lang] = entry["title"][lang] + sep.format(note.format(**config, model=named).strip())
     return out
 

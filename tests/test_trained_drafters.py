@@ -11,7 +11,7 @@ import specdec_core as sd
 from specdec_core.generation import drafter_costs
 import specdec_core.sampling as sampling
 from specdec_core.cli import main
-from specdec_core.drafters import MIX_MODEL, TRAINED, Draft, Drafter, EagleNet, MedusaHeads, ReducedVocab
+from specdec_core.drafters import MIX_MODELS, TRAINED, Draft, Drafter, EagleNet, MedusaHeads, ReducedVocab
 from specdec_core.drafters import weights as weights_module
 from specdec_core.errors import SpecDecError
 from specdec_core.training.kinds import KINDS
@@ -295,7 +295,7 @@ def test_mix_records_each_steps_source_and_old_traces_still_load(tiny, tmp_path)
     prompt = "Repeat exactly: one two three four five six seven eight nine ten. one two three four five six"
     result = sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", drafter="mix", k=4, max_new_tokens=24))
     sources = {s.draft_source for s in result.trace.steps if s.drafted}
-    assert sources and sources <= {"ngram", MIX_MODEL}
+    assert sources and sources <= {"ngram", *MIX_MODELS}
     path = tmp_path / "mix.json"
     result.trace.save(path)
     assert [s.draft_source for s in sd.Trace.load(path).steps] == [s.draft_source for s in result.trace.steps]
@@ -318,20 +318,20 @@ class FixedDrafter(Drafter):
 
 def test_mix_verifies_the_proposal_with_more_expected_tokens_per_second():
     """Decided from running survival and measured costs only: copy when the n-gram match has earned
-    its place, the trained drafter when it has, and a plain step when neither pays."""
+    its place, the model drafter when it has, and a plain step when neither pays."""
     from specdec_core.drafters import MixDrafter, NgramDrafter
 
     ratios = {d: 1.0 + 0.1 * d for d in range(9)}
     params, generator = sd.SamplingParams(), torch.Generator()
-    mix = MixDrafter(NgramDrafter(1, 3, ratios), FixedDrafter([7, 8, 9, 10]), c=0.05, verify_ratios=ratios)
+    mix = MixDrafter(NgramDrafter(1, 3, ratios), [(FixedDrafter([7, 8, 9, 10]), 0.05)], verify_ratios=ratios)
     context = [1, 2, 3, 4, 5, 1, 2, 3]  # "1 2 3" was followed by "4 5": a match to copy
     assert mix.propose([99, 98], 4, params, generator).source == "fixed"  # no match: the prior says draft
     mix.observe(0, [11], {}, verified=4)
-    for _ in range(20):  # ... and then its drafts keep failing at the first position
-        mix.survival.update(0, 4, 0)
+    for _ in range(40):  # ... and then its drafts keep failing at the first position
+        mix.survival["fixed"].update(0, 4, 0)
     assert mix.propose(context, 4, params, generator).source == "ngram"
     assert mix.propose([99, 98], 4, params, generator).tokens == []  # no match, the model does not pay: plain step
-    trusted = MixDrafter(NgramDrafter(1, 3, ratios), FixedDrafter([7, 8, 9, 10]), c=0.05, verify_ratios=ratios)
+    trusted = MixDrafter(NgramDrafter(1, 3, ratios), [(FixedDrafter([7, 8, 9, 10]), 0.05)], verify_ratios=ratios)
     for _ in range(20):  # ... and one whose drafts are always accepted beats a fresh n-gram match
         trusted.propose([99, 98], 4, params, generator)
         trusted.observe(4, [7, 8, 9, 10, 11], {}, verified=4)

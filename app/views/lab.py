@@ -56,7 +56,8 @@ cm = model_store.cost_model(lm)
 if cm is None:
     st.stop()
 c_ratio = cm.c(drafter)
-problem = model_store.drafter_problem(lm, sd.drafters.MIX_MODEL if drafter == "mix" else drafter)
+needed = sd.drafters.MIX_MODELS if drafter == "mix" else (drafter,)  # mix runs its model drafters too
+problem = next(filter(None, (model_store.drafter_problem(lm, name) for name in needed)), None)
 if problem:  # a trained drafter whose weights are not there yet
     st.warning(t("drafter_unavailable", drafter=widgets.drafter_label(drafter), cause=problem))
     run = False

@@ -27,7 +27,10 @@ from .weights import drafter_module
 
 DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "quant", "draft", "heads", "eagle", "block", "block-parallel", "mix")
 TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters with trained weights (`train-draft --kind`)
-MIX_MODEL = "heads"  # the trained drafter `mix` weighs against n-gram lookup: the fastest one on free text (BENCHMARKS §7)
+# The model drafters `mix` weighs against n-gram lookup. The quantised target: with the trained heads in the
+# list too, mix chose heads on ~90% of free-text steps and ran at 0.8-1.0x ar, because a per-token c
+# undercounts heads at short drafts (every head runs whatever d is asked); quant alone: 1.3-2.5x.
+MIX_MODELS = ("quant",)
 # Each drafter's own knobs; drafters not listed have none (the model drafters share the config's dynamic_k).
 OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
                             "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions}
@@ -60,7 +63,7 @@ def check_drafter(name: str, values: Mapping[str, object], lm: LoadedModel) -> N
 def costs_needed(name: str) -> tuple[str, ...] | None:
     """What must be measured before `name` can be built: None nothing; () this machine's verify ratios;
     a tuple of drafter names: the ratios and each of those drafters' draft-step cost."""
-    return {"ngram": (), "mix": (MIX_MODEL,)}.get(name)
+    return {"ngram": (), "mix": MIX_MODELS}.get(name)
 
 
 def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = None) -> Drafter:
@@ -95,9 +98,11 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
         return BlockDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, name, config.dynamic_k)
     if name == "mix":
         ngram = NgramDrafter(options.ngram_min, options.ngram_max, _verify_ratios(costs, name, config.k))
-        if MIX_MODEL not in costs.draft_c:
-            raise ValueError(f"mix needs the measured draft cost of {MIX_MODEL} in its costs")
-        return MixDrafter(ngram, make_drafter(MIX_MODEL, lm, config), costs.draft_c[MIX_MODEL], costs.verify_ratios)
+        missing = [model for model in MIX_MODELS if model not in costs.draft_c]
+        if missing:
+            raise ValueError(f"mix needs the measured draft cost of {', '.join(missing)} in its costs")
+        models = [(make_drafter(model, lm, config), costs.draft_c[model]) for model in MIX_MODELS]
+        return MixDrafter(ngram, models, costs.verify_ratios)
     raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
 
 
@@ -108,7 +113,7 @@ def _verify_ratios(costs: DraftCosts | None, name: str, k: int) -> dict[int, flo
     return {d: r for d, r in costs.verify_ratios.items() if d <= k}
 
 
-__all__ = ["DRAFTERS", "MIX_MODEL", "OPTIONS", "OPTION_NAMES", "TRAINED", "BlockDrafter", "BlockNet", "Draft",
+__all__ = ["DRAFTERS", "MIX_MODELS", "OPTIONS", "OPTION_NAMES", "TRAINED", "BlockDrafter", "BlockNet", "Draft",
            "DraftModelDrafter", "DraftNet", "Drafter", "EagleDrafter", "EagleNet", "HeadsDrafter", "MedusaHeads",
            "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "check_drafter",
            "costs_needed", "drafter_options", "early_exit_model", "make_drafter", "module_vocab"]

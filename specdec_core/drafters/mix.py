@@ -1,24 +1,29 @@
-"""`mix`: per step, verify whichever of two drafters promises more accepted tokens per second.
+"""`mix`: per step, verify whichever drafter promises more accepted tokens per second.
 
-Production systems run prompt lookup *and* a trained drafter: copying wins by far when the answer
-repeats its input, the trained drafter wins on free text. Which one to verify is decided every step
-from numbers the step already has, never from the prompt's text or category:
+Production systems run prompt lookup *and* a model drafter: copying wins by far when the answer repeats
+its input, a model drafter wins on free text. Which one to verify, and how many of a model's drafts,
+is decided every step from numbers the step already has, never from the prompt's text or category:
 - the n-gram proposal (free to compute) with its own running conditional survival per position;
-- the trained drafter's running conditional survival a_1 .. a_k (this request's verified steps);
-- this machine's measured costs: a draft step of the trained drafter over one target forward (c), and
+- each model drafter's running conditional survival a_1 .. a_k (this request's verified steps); a model
+  starts trusted (prior survival 0.8 a position) and keeps its place only while its drafts survive, so
+  each one is tried before the evidence decides;
+- this machine's measured costs: a draft step of each model drafter over one target forward (c), and
   the verify ratios R(d) of a forward over d+1 tokens (`costmodel`).
 Expected tokens per target-forward time of a d-draft proposal with prefix survivals s_i:
-(1 + s_1 + ... + s_d) / (R(d) + d c), against 1 for a plain step (no drafts). The trained drafter is only run when it wins, but it sees every
-verification forward (its hidden states, its KV cache), so it is always ready. Either way the verify
-step is the usual one, so the output stays exactly the target's.
+(1 + s_1 + ... + s_d) / (R(d) + d c), against 1 for a plain step (no drafts); a model drafts the d that
+maximises it. A model drafter is only run when it wins, but it sees every verification forward (its
+hidden states, its KV cache), so it is always ready. Either way the verify step is the usual one, so
+the output stays exactly the target's.
 """
 from __future__ import annotations
 
 import torch
 
-from ..sampling import SamplingParams
 from ..drafting import Draft, Drafter
+from ..sampling import SamplingParams
 from .ngram import NgramDrafter, SurvivalStats
+
+MODEL_PRIOR = (4, 5)  # a model drafter's prior survival per position: 4 of 5 (optimistic, so it gets tried)
 
 
 def expected_rate(conditional: list[float], c: float, verify_ratios: dict[int, float]) -> float:
@@ -31,48 +36,58 @@ def expected_rate(conditional: list[float], c: float, verify_ratios: dict[int, f
     return tokens / (verify_ratios.get(d, verify_ratios[max(verify_ratios)]) + d * c)
 
 
+def best_length(conditional: list[float], c: float, verify_ratios: dict[int, float]) -> tuple[float, int]:
+    """(expected rate, d) of the most paying draft length d = 1 .. len(conditional)."""
+    return max((expected_rate(conditional[:d], c, verify_ratios), d) for d in range(1, len(conditional) + 1))
+
+
 class MixDrafter(Drafter):
     name = "mix"
 
-    def __init__(self, ngram: NgramDrafter, model: Drafter, c: float, verify_ratios: dict[int, float]) -> None:
+    def __init__(self, ngram: NgramDrafter, models: list[tuple[Drafter, float]], verify_ratios: dict[int, float]) -> None:
+        """models: each model drafter with its measured step cost c over one target forward."""
         self.ngram = ngram
-        self.model = model
-        self.c = c  # the model drafter's measured step cost over one target forward
+        self.models = models
         self.verify_ratios = verify_ratios
-        self.hidden_layers = model.hidden_layers
+        self.hidden_layers = tuple(sorted({layer for model, _ in models for layer in model.hidden_layers}))
         self.reset([])
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.ngram.reset(prompt_ids)
-        self.model.reset(prompt_ids)
-        self.survival = SurvivalStats()  # the model drafter's conditional survival per position
+        for model, _ in self.models:
+            model.reset(prompt_ids)
+        # each model drafter's conditional survival per position, from the steps it drafted
+        self.survival = {model.name: SurvivalStats(*MODEL_PRIOR) for model, _ in self.models}
         self.source: str | None = None
 
     def prefill(self, hidden: dict[int, torch.Tensor]) -> None:
-        self.model.prefill(hidden)
+        for model, _ in self.models:
+            model.prefill({layer: hidden[layer] for layer in model.hidden_layers})
 
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         copied = self.ngram.propose(context, k, params, generator)
-        model_rate = expected_rate(self.survival.confidence(0, k), self.c, self.verify_ratios)
-        if copied.tokens and expected_rate(copied.confidence, 0.0, self.verify_ratios) >= model_rate:
+        (rate, d), model = max(((best_length(self.survival[m.name].confidence(0, k), c, self.verify_ratios), m)
+                                for m, c in self.models), key=lambda pair: pair[0][0])
+        if copied.tokens and expected_rate(copied.confidence, 0.0, self.verify_ratios) >= rate:
             self.source = self.ngram.name
             copied.source = self.source
             return copied
         self.ngram.last_match = None  # not verified: no evidence for the n-gram statistics
-        if model_rate < 1.0:  # a plain step (one token per one-token forward) beats both: draft nothing
+        if rate < 1.0:  # a plain step (one token per one-token forward) beats every proposal: draft nothing
             self.source = None
             return Draft([], None)
-        self.source = self.model.name
-        draft = self.model.propose(context, k, params, generator)
+        self.source = model.name
+        draft = model.propose(context, d, params, generator)
         draft.source = self.source
         return draft
 
     def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor],
                 verified: int | None = None) -> None:
         self.ngram.observe(accepted, emitted, hidden, verified)  # counts only a verified n-gram proposal
-        self.model.observe(accepted, emitted, hidden, verified)  # keeps its state either way
-        if self.source == self.model.name and verified:
-            self.survival.update(0, verified, accepted)
+        for model, _ in self.models:  # every model keeps its state (features, cache) either way
+            model.observe(accepted, emitted, {layer: hidden[layer] for layer in model.hidden_layers}, verified)
+        if self.source in self.survival and verified:
+            self.survival[self.source].update(0, verified, accepted)
 
     def memory_bytes(self) -> int:
-        return self.ngram.memory_bytes() + self.model.memory_bytes()
+        return self.ngram.memory_bytes() + sum(model.memory_bytes() for model, _ in self.models)

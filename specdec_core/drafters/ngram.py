@@ -44,15 +44,16 @@ class SurvivalStats:
     never from a prompt's text); a request decoded alone keeps its own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prior_survived: int = PRIOR_ACCEPTED, prior_reached: int = PRIOR_EXAMINED) -> None:
         self.counts: dict[tuple[int, int], list[int]] = {}  # (n, i) -> [survived, reached]
+        self.prior = (prior_survived, prior_reached)  # pseudo-counts: Beta(1, 1) by default
 
     def confidence(self, n: int, length: int) -> list[float]:
-        """a_1 .. a_length for a match of length n, each with a Beta(1, 1) prior."""
+        """a_1 .. a_length for a match of length n, each with the prior's pseudo-counts added."""
         out = []
         for i in range(1, length + 1):
             survived, reached = self.counts.get((n, i), (0, 0))
-            out.append((survived + PRIOR_ACCEPTED) / (reached + PRIOR_EXAMINED))
+            out.append((survived + self.prior[0]) / (reached + self.prior[1]))
         return out
 
     def update(self, n: int, verified: int, accepted: int) -> None:
