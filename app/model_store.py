@@ -232,7 +232,7 @@ def cost_model(lm):
         with st.spinner(t("measuring_costs")), store["lock"]:
             if lm.name not in store:
                 def measure():
-                    timed = {name: drafter_factory(lm, name) for name in ("ngram", "early-exit", *usable)}
+                    timed = {name: drafter_factory(lm, name) for name in ("ngram", "early-exit", "quant", *usable)}
                     return sd.costmodel.measure_cost_model(lm, tokens=(1, 2, 3, 4, 5, 6, 8, 12, 17), repeats=3,
                                                            drafters=timed)
                 result = call_model(measure)

@@ -519,6 +519,20 @@ def test_lab_runs_on_the_model_and_draws_theory_and_measurements():
     assert button(at, "lab_run").disabled
 
 
+def test_lab_runs_the_quant_drafter_at_the_precision_and_depth_chosen():
+    """The quantised self-draft's controls appear only for it, and a run at int8, half depth labels its curve."""
+    at = open_page("lab", "en")
+    assert not [r for r in at.radio if r.key == "lab_quant_bits"]
+    ok(at.selectbox(key="lab_drafter").set_value("quant").run())
+    ok(at.radio(key="lab_quant_bits").set_value(8).run())
+    ok(at.select_slider(key="lab_quant_depth").set_value(0.5).run())
+    ok(at.multiselect(key="lab_ks").set_value([2]).run())
+    ok(at.slider(key="lab_max_new").set_value(16).run())
+    ok(button(at, "lab_run").click().run())
+    assert at.success and at.session_state["lab_result"]["quant"] == (8, 0.5)
+    assert any("int8, 50%" in json.dumps(c.proto.spec) for c in plotly_charts(at))
+
+
 def test_survival_pools_the_per_position_counts_and_fits_alpha():
     """s_i = steps accepting >= i / steps offering >= i, pooled by counts; α = accepted / examined."""
     from app import survival

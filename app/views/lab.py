@@ -43,7 +43,14 @@ else:
     ss.setdefault("lab_alpha", 0.6)
     alpha = c[3].slider(t("lab_alpha"), 0.0, 0.99, key="lab_alpha", help=t("lab_alpha_help"))
 
-with st.expander(t("lab_prompts_shown", n=min(n_prompts, n_available), category=category)):
+quant_bits, quant_depth = 4, 1.0
+if drafter == "quant":  # the quantised self-draft's precision and depth: cheaper drafts against acceptance
+    c = st.columns(4)
+    quant_bits = c[0].radio(t("quant_bits"), (4, 8), horizontal=True, key="lab_quant_bits", help=t("quant_bits_help"))
+    quant_depth = c[1].select_slider(t("quant_depth"), (0.25, 0.5, 0.75, 1.0), value=1.0, key="lab_quant_depth",
+                                     format_func=lambda f: f"{f:.0%}", help=t("quant_depth_help"))
+
+
     for p in prompts.get(category, [])[:n_prompts]:
         st.code(p, language=None, wrap_lines=True)
 
@@ -72,6 +79,9 @@ if run:
     chosen = prompts[category][:n_prompts]
     total = len(chosen) * (len(ks) + 1)
     bar = st.progress(0.0, text=t("lab_running", done=0, total=total))
+    layers = lm.model.config.num_hidden_layers
+    options = {"hit_rate": hit_rate, "quant_bits": quant_bits,
+               "quant_layers": None if quant_depth == 1.0 else max(1, round(quant_depth * layers))}
     per_k = {k: {"tokens": 0.0, "forwards": 0, "accepted": 0, "drafted": 0, "spec_s": 0.0, "ar_s": 0.0,
                  "survival": survival.Survival(), "hist": [0] * (k + 1), "drafts": 0} for k in sorted(ks)}
     done, failed = 0, False
@@ -83,8 +93,8 @@ if run:
             failed = True
             break
         for k in sorted(ks):
-            cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, drafter_options={"hit_rate": hit_rate},
-                                      max_new_tokens=max_new, temperature=temperature)
+            cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, max_new_tokens=max_new, temperature=temperature,
+                                      drafter_options=options)
             res = model_store.generate(lm, prompt, cfg)
             done += 1
             bar.progress(done / total, text=t("lab_running", done=done, total=total))
@@ -106,10 +116,12 @@ if run:
             break
     bar.empty()
     if not failed:
-        ss.lab_result = {"drafter": drafter, "temperature": temperature, "hit_rate": hit_rate, "category": category,
+        ss.lab_result = {"drafter": drafter, "temperature": temperature, "hit_rate": hit_rate,
+                         "quant": (quant_bits, quant_depth), "category": category,
                          "prompts": len(chosen), "max_new": max_new, "per_k": per_k}
         # One survival curve per drafter (and category, temperature, hit rate) run in this session.
-        run_key = (drafter, category, temperature, hit_rate if drafter == "sim" else None)
+        run_key = (drafter, category, temperature, hit_rate if drafter == "sim" else None,
+                   (quant_bits, quant_depth) if drafter == "quant" else None)
         curves = ss.setdefault("lab_survival", {})
         curves.pop(run_key, None)  # a re-run replaces its curve and moves it to the end
         curves[run_key] = sum((agg["survival"] for agg in per_k.values()), survival.Survival())
@@ -135,7 +147,8 @@ if result:
             ss.lab_alpha = round(min(0.99, pooled_alpha), 2)
         st.button(t("lab_use_measured_alpha", alpha=f"{pooled_alpha:.2f}"), on_click=_use_measured, key="lab_use_alpha")
     if result["drafter"] != drafter or result["temperature"] != temperature or \
-            (drafter == "sim" and result["hit_rate"] != hit_rate):
+            (drafter == "sim" and result["hit_rate"] != hit_rate) or \
+            (drafter == "quant" and result.get("quant") != (quant_bits, quant_depth)):
         st.caption(t("lab_result_stale"))
 
 # ------------------------------------------------------------------ cost model summary
@@ -202,9 +215,10 @@ if curves:
     fig = go.Figure()
     longest, idle = [], []
     for (run_key, sv), colour in zip(curves.items(), SURVIVAL_COLOURS):
-        name, cat, temp, hit = run_key
+        name, cat, temp, hit, quant_setting = run_key
         label = t("lab_survival_run", drafter=widgets.drafter_label(name), category=cat, temperature=temp)
         label += t("lab_survival_run_hit", hit=hit) if hit is not None else ""
+        label += f", int{quant_setting[0]}, {quant_setting[1]:.0%}" if quant_setting is not None else ""
         pos = sv.positions
         if not pos:  # the drafter never proposed anything (every step was a plain one)
             idle.append(label)
