@@ -42,9 +42,10 @@ def decode_mode() -> str:
     return mode if mode in DECODE_MODES else "batched"
 
 
-def batched(config: "sd.GenerationConfig") -> bool:
-    """True when this decode goes through the shared batch server."""
-    return decode_mode() == "batched" and config.mode in BATCHED_MODES
+def batched(config: "sd.GenerationConfig", lm=None) -> bool:
+    """True when this decode goes through the shared batch server (which serves the fp32 target: a
+    quantised copy, `sd.quant.with_weights`, decodes in a loop of its own)."""
+    return decode_mode() == "batched" and config.mode in BATCHED_MODES and getattr(lm, "weights", "fp32") == "fp32"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,19 +148,19 @@ def live_decoding(busy_note=None):
 def stream(lm, prompt, config: "sd.GenerationConfig"):
     """The step events of one decode: the batch server's (ar/spec in batched mode: the request is
     submitted now and decodes in the server's thread), else `sd.stream`'s. Read it with `next_event`."""
-    return batch_server(lm).stream(prompt, config) if batched(config) else sd.stream(lm, prompt, config)
+    return batch_server(lm).stream(prompt, config) if batched(config, lm) else sd.stream(lm, prompt, config)
 
 
-def next_event(events, config: "sd.GenerationConfig", busy_note=None):
-    """The next StepEvent of a `stream` (StopIteration at its end).
+def next_event(events, lm, config: "sd.GenerationConfig", busy_note=None):
+    """The next StepEvent of a `stream` of `lm` (StopIteration at its end).
 
-    A batched request only waits for the server. A loop of our own (nar, jacobi) in batched mode takes
-    the model lock for this one step, as measurements and experiments on other pages do: they never
-    time a forward while a window forward runs next to them (the server's forwards still may), and
-    sessions take turns step by step, not race by race (ten simulated sessions' races took as long
-    with this lock as without it). The note shows only when the lock stays taken for more than a
+    A batched request only waits for the server. A loop of our own (nar, jacobi, a quantised copy's ar)
+    in batched mode takes the model lock for this one step, as measurements and experiments on other
+    pages do: they never time a forward while a window forward runs next to them (the server's forwards
+    still may), and sessions take turns step by step, not race by race (ten simulated sessions' races
+    took as long with this lock as without it). The note shows only when the lock stays taken for more than a
     second (e.g. a measurement on another page)."""
-    if decode_mode() == "batched" and not batched(config):
+    if decode_mode() == "batched" and not batched(config, lm):
         with model_session(busy_note, quiet_s=1.0):
             return next(events)
     return next(events)

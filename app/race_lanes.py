@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from app.language import t
 from app.tokens_html import spec_step_spans, token_line, token_span, token_tip
 
+QUANT_LANE = "ar_quant"  # the live race's AR lane on a quantised copy of the target
+
 
 @dataclass
 class LaneView:
@@ -40,6 +42,8 @@ def lane_clocks(steps, clock: str) -> list[float]:
 
 def render_lane(mode: str, steps, n: int, reference_ids: list[int] | None = None,
                 show_rejected: bool = True) -> LaneView:
+    """One lane's text after its first n steps. Lanes whose text may leave AR's (NAR, AR on a quantised
+    copy) mark each token that differs from AR's at the same position."""
     shown = steps[:n]
     spans: list[str] = []
     ids: list[int] = []
@@ -47,7 +51,7 @@ def render_lane(mode: str, steps, n: int, reference_ids: list[int] | None = None
         for s in shown:
             spans += spec_step_spans(s, show_rejected)
             ids += [tok.id for tok in s.emitted]
-    elif mode == "nar":
+    elif mode in ("nar", QUANT_LANE):
         for s in shown:
             for tok in s.emitted:
                 pos = len(ids)

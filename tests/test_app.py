@@ -358,6 +358,23 @@ def test_race_live_decodes_a_prompt_with_the_model(monkeypatch, decode, query):
     assert "Finish line" in texts(at)
 
 
+def test_race_live_runs_a_fifth_lane_on_quantised_weights():
+    """AR on the target's int4 copy races beside the fp32 lanes, in its own loop; its tokens are
+    compared with fp32 AR's, and the lane stays in the replay after the run."""
+    at = open_page("race", "en")
+    ok(at.toggle(key="race_live").set_value(True).run())
+    ok(at.text_area(key="race_prompt").set_value("Say hello.").run())
+    ok(at.slider(key="race_max_new").set_value(8).run())
+    ok(at.selectbox(key="race_quant_weights").set_value("int4").run())
+    ok(button(at, "race_run").click().run())
+    result = at.session_state["race_live_result"]
+    assert set(result["lanes"]) == {*LANES, "ar_quant"} and all(result["lanes"].values())
+    assert result["configs"]["ar_quant"]["weights"] == "int4" and result["configs"]["ar_quant"]["mode"] == "ar"
+    ok(button(at, "race_end").click().run())
+    body = texts(at)
+    assert "AR, int4 weights" in body and "Same token as AR at the same position" in body
+
+
 # ------------------------------------------------------------------------------------ inspector
 
 def test_inspector_steps_through_a_recorded_run():

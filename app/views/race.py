@@ -1,5 +1,6 @@
 """Decoding race: one prompt, four lanes (AR, NAR, Jacobi, draft→verify), replayed from traces
-recorded with the real model, or decoded live."""
+recorded with the real model, or decoded live; live, a fifth lane can run AR on the target's int8 or
+int4 copy (faster, but its text may leave fp32's)."""
 from bisect import bisect_right
 
 import pandas as pd
@@ -7,6 +8,7 @@ import streamlit as st
 
 from app import model_store, race_lanes, tokens_html, trace_store, widgets
 from app.language import t
+from app.race_lanes import QUANT_LANE
 from app.trace_store import LANES
 
 import specdec_core as sd
@@ -29,6 +31,7 @@ configs: dict[str, dict] = {}
 prompt = ""
 source = None
 run_live = False
+quant_weights = "none"  # live: run a fifth lane, AR on the target's int8 / int4 copy
 
 if not live:
     index = trace_store.load_index()
@@ -52,11 +55,14 @@ else:
     default_prompt = ss.get("race_last_prompt") or t("race_default_prompt")
     ss.setdefault("race_prompt", default_prompt)
     prompt = st.text_area(t("race_prompt"), key="race_prompt", height=90)
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c3, c4, c5 = st.columns(5)
     max_new = c1.slider(t("max_new_tokens"), 8, 128, 64, 8, key="race_max_new")
     drafter = widgets.selectbox(c2, t("drafter"), widgets.drafter_options("ngram"), "race_drafter", widgets.drafter_label)
     k = c3.slider("k", 1, 8, 4, key="race_k", help=t("k_help"))
     window = c4.slider(t("window"), 4, 32, 16, 4, key="race_window", help=t("window_help"))
+    quant_weights = widgets.selectbox(c5, t("race_quant_lane"), ("none", "int8", "int4"), "race_quant_weights",
+                                      widgets.labels(("none", "int8", "int4"), lambda w: t("race_quant_none") if w == "none" else w),
+                                      help=t("race_quant_lane_help"))
     empty = widgets.prompt_hint(prompt)
     run_live = st.button(t("race_run_live"), type="primary", disabled=empty, key="race_run")
     result = ss.get("race_live_result")
@@ -119,13 +125,17 @@ b[4].button("⏮ " + t("reset"), on_click=_reset, key="race_reset", disabled=not
 speed = b[5].select_slider(t("speed"), SPEEDS, value=1.0, key="race_speed", format_func=lambda s: f"{s:g}×")
 show_rejected = st.checkbox(t("race_show_rejected"), value=True, key="race_show_rejected")
 
-# ------------------------------------------------------------------ the four lanes
+# ------------------------------------------------------------------ the lanes
+# The quantised AR lane shows when this run asks for it (live) or the shown result has it.
+quant_asked = live and quant_weights != "none"
+shown_weights = quant_weights if quant_asked else (configs.get(QUANT_LANE) or {}).get("weights")
+lane_names = (*LANES, QUANT_LANE) if (quant_asked or QUANT_LANE in lanes) else LANES
 progress = st.empty()
-cols = st.columns(4, gap="small")
+cols = st.columns(len(lane_names), gap="small")
 slots = {}
-for lane, col in zip(LANES, cols):
+for lane, col in zip(lane_names, cols):
     with col:
-        st.markdown(f"#### {t('lane_' + lane)}")
+        st.markdown(f"#### {t('lane_' + lane, weights=shown_weights)}")
         st.caption(t(f"lane_{lane}_desc"))
         cfg = configs.get(lane) or {}
         if lane == "spec" and cfg:
@@ -150,7 +160,7 @@ def draw_lane(lane: str, steps, n: int) -> race_lanes.LaneView:
     stats.markdown(t("lane_stats", forwards=view.forwards, tokens=view.tokens, seconds=f"{view.seconds:.2f}",
                      per_fwd=f"{per_fwd:.2f}") + flag)
     body.markdown(view.html, unsafe_allow_html=True)
-    if lane == "nar" and reference is not None and view.ids:
+    if lane in ("nar", QUANT_LANE) and reference is not None and view.ids:
         ref = reference[: len(view.ids)]
         same = sd.metrics.positional_matches(view.ids, ref)
         ar_pieces = [tok.piece for s in lanes["ar"] for tok in s.emitted][: len(view.ids)]
@@ -172,7 +182,7 @@ def draw(frame: int) -> dict:
     return views
 
 
-for lane in LANES:
+for lane in lane_names:
     if lane not in lanes:
         slots[lane][1].info(t("race_live_press_run") if live else t("race_lane_missing"))
 
@@ -186,22 +196,28 @@ if run_live:
         "jacobi": sd.GenerationConfig(mode="jacobi", window=window, max_new_tokens=max_new),
         "spec": sd.GenerationConfig(mode="spec", drafter=drafter, k=k, max_new_tokens=max_new),
     }
-    events: dict[str, list] = {lane: [] for lane in LANES}
+    models = dict.fromkeys(cfgs, lm)
+    if quant_asked:
+        cfgs[QUANT_LANE] = sd.GenerationConfig(mode="ar", max_new_tokens=max_new)
+        with st.spinner(t("race_quant_building", weights=quant_weights)):
+            models[QUANT_LANE] = sd.quant.with_weights(lm, quant_weights)  # seconds, once per server
+    events: dict[str, list] = {lane: [] for lane in cfgs}
     lanes, reference = events, None
-    for lane in LANES:
+    for lane in cfgs:
         slots[lane][1].empty()
     error = None
     try:
         with model_store.live_decoding(progress):
-            # ar and spec: the server's shared batch (batched mode); nar and jacobi: loops of their own.
-            streams = {lane: model_store.stream(lm, prompt, cfg) for lane, cfg in cfgs.items()}
-            elapsed = {lane: 0.0 for lane in LANES}
+            # ar and spec: the server's shared batch (batched mode); nar, jacobi and the quantised ar:
+            # loops of their own.
+            streams = {lane: model_store.stream(models[lane], prompt, cfg) for lane, cfg in cfgs.items()}
+            elapsed = dict.fromkeys(cfgs, 0.0)
             # Interleave the four decoders by their own measured clocks: the lane that has spent the
             # least decode time so far takes the next step, so the live view is a fair race.
             while streams:
                 lane = min(streams, key=elapsed.get)
                 try:
-                    event = model_store.next_event(streams[lane], cfgs[lane], progress)
+                    event = model_store.next_event(streams[lane], models[lane], cfgs[lane], progress)
                 except StopIteration:
                     del streams[lane]
                     continue
@@ -220,8 +236,10 @@ if run_live:
     run_id = ss.get("race_live_run", 0) + 1
     ss.race_live_run = run_id
     ss.race_last_prompt = prompt
-    ss.race_live_result = {"lanes": events, "prompt": prompt, "run": run_id,
-                           "configs": {lane: vars(cfg) for lane, cfg in cfgs.items()}}
+    configs = {lane: vars(cfg) for lane, cfg in cfgs.items()}
+    if quant_asked:
+        configs[QUANT_LANE] = {**configs[QUANT_LANE], "weights": quant_weights}
+    ss.race_live_result = {"lanes": events, "prompt": prompt, "run": run_id, "configs": configs}
     st.rerun()  # redraw through the replay path: controls, summary
 
 if lanes:
@@ -241,7 +259,7 @@ if lanes:
         rows = []
         for lane, v in views.items():
             rows.append({
-                t("col_lane"): t("lane_" + lane),
+                t("col_lane"): t("lane_" + lane, weights=shown_weights),
                 t("col_tokens"): v.tokens,
                 t("col_forwards"): v.forwards,
                 t("col_seconds"): round(v.seconds, 3),
