@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8501
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-notebooks app bench bench-full report drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
+.PHONY: setup test test-notebooks app bench bench-full llamacpp report drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
 
 setup: $(STAMP)
 
@@ -83,8 +83,14 @@ bench-full: setup
 	mkdir -p test-output && grep -E '"category": "(chat|qa|story)"' specdec_core/prompts/suite.jsonl > test-output/free-text.jsonl
 	$(BENCH) bench --prompts test-output/free-text.jsonl --modes ar,spec:ngram,hf:ar,hf:pld --k 4 --repeats 3 --out benchmarks/free-text-k4-repeats-cpu.json
 	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes ar,spec:ngram --k 4,8 --repeats 2 --out benchmarks/categories-k4-8-repeats-cpu.json
+	$(BENCH) bench --prompts specdec_core/prompts/suite.jsonl --modes "ar,ar@weights=int4,ar@weights=int8,spec:quant,spec:quant@bits=8,spec:mix,spec:ngram" --k 4 --out benchmarks/quant-suite-cpu.json
 	$(BENCH) profile --out benchmarks/cost-cpu.json
 	$(MAKE) report
+
+# llama.cpp's Python binding for the `llamacpp:ar` peer row (bench): it compiles llama.cpp for this CPU,
+# ~12 min on 2 cores, so it is not part of setup or `make test`.
+llamacpp: setup
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install --quiet -r requirements-llamacpp.txt
 
 # The report of the shipped result files: benchmarks/report.html (+ report.md and plotly.min.js beside it,
 # written from the installed plotly: fully offline). Generated, so gitignored; ~10 s.

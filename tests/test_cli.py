@@ -136,6 +136,10 @@ def test_bad_bench_input(capsys, tmp_path):
     cases.append((_bench_args(tmp_path, good, Path("/proc/nope/r.json")), "cannot write"))
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:magic"], "unknown mode"))
     cases.append((_bench_args(tmp_path, good) + ["--k", "1,40"], "k must be between 1 and 16"))
+    cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,llamacpp:ar@weights=int4"], "unknown setting 'weights'"))
+    from specdec_core.bench import llamacpp  # the peer row: missing binding, or a model without a GGUF
+    cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,llamacpp:ar"],
+                  "runs the smollm2-135m GGUF only" if llamacpp.available() else "run `make llamacpp`"))
     for argv, message in cases:
         code, _, err = run_main(capsys, *argv)
         assert code == 2 and err.count("\n") == 1 and message in err, (argv, err)

@@ -5,7 +5,8 @@ speedups are ratios measured in the same run. Peers: `hf:ar` (transformers greed
 `generate`), `hf:pld` (its prompt lookup, same k), `hf:assisted` (its assisted generation with our
 trained `draft` LM as the assistant, like for like: same k, constant schedule, confidence threshold 0,
 the same module and reduced-vocabulary head wrapped to full-vocabulary logits) and
-`hf:assisted-default` (the same assistant under transformers' default assisted-generation settings).
+`hf:assisted-default` (the same assistant under transformers' default assisted-generation settings),
+and `llamacpp:ar` (llama.cpp on the same GGUF, `bench/llamacpp.py`; installed by `make llamacpp`).
 """
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ from ..quant import WEIGHTS, with_weights
 from ..provenance import cpu_name, git_commit
 from ..suite import PromptCase, load_prompts
 from ..target import Target, synchronize
+from . import llamacpp
 
 HF_MODES = ("hf:ar", "hf:pld", "hf:assisted", "hf:assisted-default")
+PEER_MODES = HF_MODES + llamacpp.MODES
 NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is float noise, not a bug
 
 
@@ -54,17 +57,17 @@ class Mode:
 
     @property
     def peer(self) -> bool:
-        return self.base in HF_MODES
+        return self.base in PEER_MODES
 
 
 def parse_mode(text: str) -> Mode:
     """One mode of the grammar above; anything else is a one-line error that names the mode."""
     head, *settings = text.split("@")
     base, _, drafter = head.partition(":")
-    ok = head in HF_MODES or (base in MODES and base != "spec" and not drafter) or (base == "spec" and drafter in DRAFTERS)
+    ok = head in PEER_MODES or (base in MODES and base != "spec" and not drafter) or (base == "spec" and drafter in DRAFTERS)
     if not ok:
         raise SpecDecError(f"unknown mode {text!r}: use ar, nar, jacobi, spec:DRAFTER ({', '.join(DRAFTERS)}) or "
-                           f"{', '.join(HF_MODES)}, each optionally followed by @key=value")
+                           f"{', '.join(PEER_MODES)}, each optionally followed by @key=value")
     weights, options = "fp32", {}
     known = [f.name for f in fields(OPTIONS[drafter])] if drafter in OPTIONS else []
     prefix = (drafter or "").replace("-", "_") + "_"
@@ -82,7 +85,7 @@ def parse_mode(text: str) -> Mode:
             allowed = ["weights"] * (base in ("ar", "nar", "jacobi")) + [k.removeprefix(prefix) for k in known]
             raise SpecDecError(f"mode {text!r}: unknown setting {key!r}" +
                                (f" (choose {', '.join(allowed)})" if allowed else " (this mode takes none)"))
-    return Mode(text, head if head in HF_MODES else base, drafter or None, weights, tuple(options.items()))
+    return Mode(text, head if head in PEER_MODES else base, drafter or None, weights, tuple(options.items()))
 
 
 def mode_config(config: GenerationConfig, mode: Mode) -> GenerationConfig:
@@ -150,7 +153,20 @@ class HFRunner:
         return out[0, len(prompt_ids):].tolist(), time.perf_counter() - start
 
 
-def run_case(lm: LoadedModel, hf: HFRunner, mode: Mode, case: PromptCase, config: GenerationConfig) -> dict:
+class Peers:
+    """The peer engines a run compares with, each built on first use."""
+
+    def __init__(self, lm: LoadedModel) -> None:
+        self.hf = HFRunner(lm)
+        self.llamacpp = llamacpp.LlamaCppRunner(lm, torch.get_num_threads())
+
+    def generate(self, mode: str, prompt_ids: list[int], config: GenerationConfig) -> tuple[list[int], float]:
+        if mode in llamacpp.MODES:
+            return self.llamacpp.generate(prompt_ids, config)
+        return self.hf.generate(mode, prompt_ids, config)
+
+
+def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config: GenerationConfig) -> dict:
     """One mode on one prompt (all turns). wall_s covers prefill + decode, not tokenisation."""
     messages: list[dict] = []
     token_ids: list[int] = []
@@ -167,7 +183,7 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: Mode, case: PromptCase, config
         messages.append({"role": "user", "content": turn})
         prompt_ids = lm.encode(messages)
         if mode.peer:
-            ids, seconds = hf.generate(mode.base, prompt_ids, config)
+            ids, seconds = peers.generate(mode.base, prompt_ids, config)
             wall += seconds
         else:
             result = generate(with_weights(lm, mode.weights), prompt_ids, mode_config(config, mode))
@@ -197,7 +213,7 @@ def run_case(lm: LoadedModel, hf: HFRunner, mode: Mode, case: PromptCase, config
             "kv_cache_bytes": None if hf_mode else kv_bytes, "drafter_bytes": None if hf_mode else drafter_bytes,
             "peak_rss_bytes": peak_rss_bytes(),
             "peak_gpu_bytes": torch.cuda.max_memory_allocated(lm.device) if on_gpu else None,
-            "assistant": hf.assistant_label() if mode.base.startswith("hf:assisted") else None}
+            "assistant": peers.hf.assistant_label() if mode.base.startswith("hf:assisted") else None}
 
 
 def near_tie_margin(lm: LoadedModel, case: PromptCase, reference: list[int], position: int) -> float | None:
@@ -277,6 +293,7 @@ def environment(lm: LoadedModel) -> dict:
     return {"model": lm.name, "commit": git_commit(), "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""),
             "cpu": cpu_name(), "threads": torch.get_num_threads(), "python": sys.version.split()[0],
             "torch": torch.__version__, "transformers": transformers.__version__,
+            "llama_cpp_python": llamacpp.version(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             # d drafts -> verify cost / plain step, as measured at start-up by the cost-aware drafters
@@ -290,6 +307,10 @@ def run_bench(args) -> dict:
     if args.limit:
         cases = cases[: args.limit]
     modes = parse_modes(args.modes)
+    if any(m.base in llamacpp.MODES for m in modes):
+        llamacpp.require()
+        if any(t > 0 for t in args.temperature):
+            raise SpecDecError("llamacpp:ar is compared greedy only (its samplers are not ours): use --temperature 0")
     if args.repeats < 1:
         raise SpecDecError(f"repeats must be >= 1 (got {args.repeats})")
     ensure_writable(args.out)
@@ -301,12 +322,12 @@ def run_bench(args) -> dict:
             if mode.base == "spec":
                 check(mode_config(config_from_args(args, "spec", k, t), mode), lm, 1)
     sweep = len(sweeps) > 1
-    hf = HFRunner(lm)
+    peers = Peers(lm)
     # Warm up every mode once (kernels, the assistant model, drafters' cost measurements), so no mode's
     # first measured run pays for it.
     warm = replace(config_from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)
     for mode in modes:
-        run_case(lm, hf, mode, cases[0], warm)
+        run_case(lm, peers, mode, cases[0], warm)
     results = []
     total = len(cases) * args.repeats * len(sweeps) * len(modes)
     with tqdm(total=total, desc="bench", unit="run") as bar:
@@ -319,7 +340,7 @@ def run_bench(args) -> dict:
                     shift = (case_index + repeat) % len(modes)
                     rows = {}
                     for mode in modes[shift:] + modes[:shift]:
-                        rows[mode.label] = run_case(lm, hf, mode, case, config)
+                        rows[mode.label] = run_case(lm, peers, mode, case, config)
                         bar.update()
                     for mode in modes:
                         row = rows[mode.label]
