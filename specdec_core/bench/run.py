@@ -157,12 +157,15 @@ class Peers:
     """The peer engines a run compares with, each built on first use."""
 
     def __init__(self, lm: LoadedModel) -> None:
+        self.lm = lm
         self.hf = HFRunner(lm)
-        self.llamacpp = llamacpp.LlamaCppRunner(lm, torch.get_num_threads())
+        self._llamacpp: llamacpp.LlamaCppRunner | None = None
 
     def generate(self, mode: str, prompt_ids: list[int], config: GenerationConfig) -> tuple[list[int], float]:
         if mode in llamacpp.MODES:
-            return self.llamacpp.generate(prompt_ids, config)
+            if self._llamacpp is None:  # only a run that asks for it checks the model has a GGUF
+                self._llamacpp = llamacpp.LlamaCppRunner(self.lm, torch.get_num_threads())
+            return self._llamacpp.generate(prompt_ids, config)
         return self.hf.generate(mode, prompt_ids, config)
 
 
