@@ -405,6 +405,19 @@ def _markov_gain(lm: LoadedModel, k: int = 7) -> tuple[float, dict]:
     return runs["block"]["tau"] / runs["block-parallel"]["tau"], {**details, "k": k, "prompts": len(prompts)}
 
 
+def _quant_first_acceptance(lm: LoadedModel, k: int = 4) -> tuple[float, dict]:
+    """First-draft acceptance s_1 of the `quant` self-draft (the target's own weights in int4, bf16
+    arithmetic) on the two chat prompts and the story, greedy, k = 4; beside it the int8 copy (requantised
+    from fp32: different weights), with each one's per-position survival and τ. Counts only: the same on
+    every run of one machine."""
+    prompts = (*CHAT_PROMPTS, STORY_PROMPT)
+    runs = {"int4": _pooled_spec(lm, prompts, drafter="quant", k=k),
+            "int8": _pooled_spec(lm, prompts, drafter="quant", quant_bits=8, k=k)}
+    details = {name: {key: r[key] for key in ("tau", "acceptance_rate", "survival", "conditional", "forwards")}
+               for name, r in runs.items()}
+    return runs["int4"]["survival"][0], {"copies": details, "k": k, "prompts": len(prompts)}
+
+
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sim_tau_a07_k4", {"zh": "模拟草稿（命中率 0.7，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.7, k=4)"},
                "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4), reads=SUITE),
@@ -470,6 +483,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("block_markov_gain_k7", {"zh": "分块草稿器 block 相对去掉马尔可夫头的 block-parallel 的 τ 之比（k=7，贪心，两条闲聊和两条问答提示）",
                                         "en": "τ of the block drafter over τ of block-parallel, the same model without its Markov head (k=7, greedy, two chat and two QA prompts)"},
                "x", _markov_gain, weights=True, reads=SUITE),
+    Experiment("quant_first_acceptance", {"zh": "量化自投机草稿（目标模型自己的 int4 副本）第 1 个草稿被接受的比例 s_1（k=4，贪心，两条闲聊和一个故事提示）",
+                                          "en": "Share of first drafts accepted, s_1, for the quant self-draft: the target's own int4 copy (k=4, greedy, two chat prompts and a story)"},
+               "fraction", _quant_first_acceptance),
 ]}
 
 

@@ -68,6 +68,8 @@ SOURCES: dict[str, Source] = {
     "calibration": Source("benchmarks/block-calibration-cpu.json", "§8b", offline=True),
     "load-block": Source("benchmarks/load-block-cpu.json", "§8c"),
     "cards": Source(WEIGHTS, "§7", offline=True),
+    "quant": Source("benchmarks/quant-kernels-cpu.json", "§9b", date="2026-12-03"),
+    "quant-suite": Source("benchmarks/quant-suite-cpu.json", "§9c"),
 }
 
 
@@ -168,6 +170,28 @@ def _family() -> dict[str, Measure]:
     for c in (1, 4):  # §8c: plain decoding's per-user speed as requests join
         m[f"load-block.ar.user.c{c}"] = Measure("load-block", ("runs", {"scheme": "ar", "concurrency": c},
                                                                "per_user_tok_s"), "{:.1f}")
+    for weights in ("fp32", "int8", "int4"):  # §9b: bytes per token, AR speed, the time outside matmuls
+        m[f"quant.{weights}.mb"] = Measure("quant", ("models", weights, "bytes"), "{:.0f} MB", scale=1e-6)
+        m[f"quant.{weights}.outside"] = Measure("quant", ("models", weights, "outside_matmul_share"), "{:.0f} %", scale=100)
+        m[f"quant.{weights}.roofline_share"] = Measure("quant", ("models", weights, "ar_tokens_per_s"), "{:.0f} %",
+                                                       per=("models", weights, "roofline_tokens_per_s"), scale=100)
+        if weights != "fp32":
+            m[f"quant.{weights}.ar"] = Measure("quant", ("models", weights, "ar_tokens_per_s"), "{:.2f}×",
+                                               per=("models", "fp32", "ar_tokens_per_s"))
+    m["quant.outside_ms"] = Measure("quant", ("models", "int4", "outside_matmul_ms"), "{:.0f} ms")
+    m["quant.int4.step"] = Measure("quant", ("models", "int4", "forward_ms", "1"), "{:.0f} %", scale=100,
+                                   per=("models", "fp32", "forward_ms", "1"))  # a one-token int4 step / fp32's
+    for name, mode in (("int4", "ar@weights=int4"), ("int8", "ar@weights=int8"), ("quant", "spec:quant"),
+                       ("quant8", "spec:quant@bits=8"), ("mix", "spec:mix")):  # §9c: the suite, k = 4
+        m[f"quant-suite.{name}.speedup"] = Measure("quant-suite", _mode(mode, "speedup_vs_ar"), "{:.2f}×")
+    for name, mode in (("int4", "ar@weights=int4"), ("int8", "ar@weights=int8")):
+        m[f"quant-suite.{name}.agreement"] = Measure("quant-suite", _mode(mode, "agreement_with_ar"), "{:.0f} %", scale=100)
+    for category in ("chat", "qa", "story"):
+        m[f"quant-suite.quant.{category}"] = Measure("quant-suite", ("by_category", category, "spec:quant", "speedup_vs_ar"),
+                                                     "{:.2f}×")
+    m["quant-suite.quant.s1"] = Measure("quant-suite", _mode("spec:quant", "acceptance_per_pos", 0), "{:.3f}")
+    m["quant-suite.quant.tau"] = Measure("quant-suite", _mode("spec:quant", "mean_accepted_length"))
+    m["quant-suite.quant.mb"] = Measure("quant-suite", _mode("spec:quant", "drafter_bytes"), "{:.0f} MB", scale=1e-6)
     eagle_card = ("files", "eagle.safetensors", "card", "offline_heldout", "greedy")  # the model card, held out
     m["cards.eagle.s1"] = Measure("cards", (*eagle_card, "survival", 0))
     m["cards.eagle.a4"] = Measure("cards", (*eagle_card, "conditional", 3))
