@@ -8,8 +8,12 @@
    roofline (bytes per token = every tensor the model holds, once).
 3. Where a one-token step goes: the step as it is, and with every linear swapped for a stand-in that only
    allocates its output, so the share spent outside matmuls (norms, rotary, attention, Python) is measured.
+4. (--fusion) Fusing a layer's linears (quant.FUSED: q/k/v and gate/up as one kernel call each): the int8
+   and int4 copies built fused and apart, their one-token step, its part outside matmuls and AR tokens/s,
+   interleaved. Fusing changes no number (tests/test_quant.py), only the time.
 
 Usage: .venv/bin/python scripts/ab_quant.py [--repeats 7] [--out benchmarks/quant-kernels-cpu.json]
+       .venv/bin/python scripts/ab_quant.py --fusion [--repeats 7] [--out benchmarks/quant-fusion-cpu.json]
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import statistics
 import sys
 import time
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -101,11 +106,37 @@ def outside_matmuls(lm, repeats: int) -> dict:
     return {"step_ms": full, "outside_matmul_ms": bare, "outside_matmul_share": bare / full}
 
 
+def fusion(base, repeats: int) -> dict:
+    """Step ms, ms outside matmuls and AR tokens/s of each quantised copy, fused and apart (medians)."""
+    copies = {f"{w}/{label}": replace(base, model=quant.quantised_copy(base, bits, fuse=fuse), weights=w)
+              for w, bits in (("int8", 8), ("int4", 4)) for label, fuse in (("apart", False), ("fused", True))}
+    prompt, config = "Write a short story about a robot who learns to paint.", sd.GenerationConfig(max_new_tokens=64)
+    samples = {name: [] for name in copies}
+    for _ in range(repeats):  # interleaved: every copy once per round
+        for name, lm in copies.items():
+            samples[name].append({**outside_matmuls(lm, 20), "ar_tokens_per_s": sd.generate(lm, prompt, config).metrics["tokens_per_s"]})
+    return {name: {key: statistics.median(s[key] for s in rows) for key in rows[0]} for name, rows in samples.items()}
+
+
+def environment(bandwidth: float | None = None) -> dict:
+    return {"cpu": cpu_name(), "commit": git_commit(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            **({"bandwidth_gb_s": bandwidth} if bandwidth else {})}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--fusion", action="store_true", help="only part 4: the quantised copies fused and apart")
     args = parser.parse_args()
+    if args.fusion:
+        table = fusion(sd.load_model("smollm2-135m", device="cpu"), args.repeats)
+        for name, row in table.items():
+            print(f"{name:12s} step {row['step_ms']:.1f} ms, outside matmuls {row['outside_matmul_ms']:.1f} ms "
+                  f"({100 * row['outside_matmul_share']:.0f}%), AR {row['ar_tokens_per_s']:.1f} tok/s")
+        if args.out:
+            args.out.write_text(json.dumps({"environment": environment(), "fusion": table}, indent=1))
+        return
     table = kernel_table(args.repeats)
     print(f"{'linear':18s} " + " ".join(f"{v + '@' + str(r):>13s}" for v in ('fp32', 'int4/bf16', 'int8/bf16') for r in ROWS))
     for name, row in table.items():
@@ -134,10 +165,8 @@ def main() -> None:
               f"({100 * s['ar_tokens_per_s'] / s['roofline_tokens_per_s']:.0f}% of roofline); one-token step "
               f"{s['step_ms']:.1f} ms, {100 * s['outside_matmul_share']:.0f}% outside matmuls")
     if args.out:
-        args.out.write_text(json.dumps({"environment": {"cpu": cpu_name(), "commit": git_commit(),
-                                                        "threads": torch.get_num_threads(), "torch": torch.__version__,
-                                                        "bandwidth_gb_s": bandwidth},
-                                        "linears_ms": table, "models": summary}, indent=1))
+        args.out.write_text(json.dumps({"environment": environment(bandwidth), "linears_ms": table, "models": summary},
+                                       indent=1))
 
 
 if __name__ == "__main__":

@@ -111,6 +111,22 @@ def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tenso
     return model.lm_head(x), hidden
 
 
+def project_qkv(att: torch.nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The query, key and value projections of h (B, n, H): (B, n, heads·hd) and twice (B, n, kv_heads·hd).
+    A quantised copy holds the three as one fused linear (`quant.py`): one kernel call and one bf16 cast
+    instead of three, per layer (BENCHMARKS §9b′ measures what that saves)."""
+    if hasattr(att, "qkv_proj"):
+        return att.qkv_proj(h).split(att.qkv_sizes, dim=-1)
+    return att.q_proj(h), att.k_proj(h), att.v_proj(h)
+
+
+def project_gate_up(mlp: torch.nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The MLP's gate and up projections of h (B, n, H), each (B, n, intermediate); fused as above."""
+    if hasattr(mlp, "gate_up_proj"):
+        return mlp.gate_up_proj(h).chunk(2, dim=-1)
+    return mlp.gate_proj(h), mlp.up_proj(h)
+
+
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, float], torch.Tensor]
 
 
@@ -134,13 +150,15 @@ def decoder(model: LlamaForCausalLM, x: torch.Tensor, positions: torch.Tensor, a
     for i, layer in enumerate(layers):
         att, mlp = layer.self_attn, layer.mlp
         h = rms_norm(x, layer.input_layernorm.weight, eps)
-        q = att.q_proj(h).view(b, n, heads, head_dim).transpose(1, 2)  # (B, heads, n, hd)
-        k = att.k_proj(h).view(b, n, kv_heads, head_dim).transpose(1, 2)  # (B, kv_heads, n, hd)
-        v = att.v_proj(h).view(b, n, kv_heads, head_dim).transpose(1, 2)
+        q, k, v = project_qkv(att, h)
+        q = q.view(b, n, heads, head_dim).transpose(1, 2)  # (B, heads, n, hd)
+        k = k.view(b, n, kv_heads, head_dim).transpose(1, 2)  # (B, kv_heads, n, hd)
+        v = v.view(b, n, kv_heads, head_dim).transpose(1, 2)
         y = attend(rotate(q, cos, sin), rotate(k, cos, sin), v, i, att.scaling)  # (B, heads, n, hd)
         x = x + att.o_proj(y.transpose(1, 2).reshape(b, n, heads * head_dim))
         h = rms_norm(x, layer.post_attention_layernorm.weight, eps)
-        x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+        gate, up = project_gate_up(mlp, h)
+        x = x + mlp.down_proj(F.silu(gate) * up)
         if i + 1 in hidden_layers and i + 1 < len(layers):
             hidden[i + 1] = x
     x = rms_norm(x, model.model.norm.weight, eps)

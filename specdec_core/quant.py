@@ -114,9 +114,29 @@ def gguf_int4_codes(lm: LoadedModel) -> dict[str, tuple[torch.Tensor, torch.Tens
     return out
 
 
-def quantised_copy(lm: LoadedModel, bits: int, layers: int | None = None) -> LlamaForCausalLM:
+# Linears that read the same input become one linear of their stacked rows (`llama.project_qkv`,
+# `project_gate_up`): 4 kernel calls a layer instead of 7. Every output row is computed as before (int8
+# scales and int4 groups are per row), so fusing changes no weight.
+FUSED = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+         "self_attn.o_proj": ("self_attn.o_proj",),
+         "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+         "mlp.down_proj": ("mlp.down_proj",)}
+
+
+def quantised_linear(bits: int, weights: list[torch.Tensor],
+                     codes: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None) -> torch.nn.Module:
+    """One quantised linear over the stacked rows of `weights` (int4 from the GGUF's `codes` where given)."""
+    if bits == 8:
+        return Int8Linear(*quantise_int8(torch.cat(weights)))
+    if codes:
+        return Int4Linear(*(torch.cat(parts) for parts in zip(*codes)))
+    return Int4Linear(*quantise_int4(torch.cat(weights)))
+
+
+def quantised_copy(lm: LoadedModel, bits: int, layers: int | None = None, fuse: bool = True) -> LlamaForCausalLM:
     """The target with its decoder linears quantised (int4 or int8) and an int8 output head, its first
-    `layers` decoder layers only (None: all), sharing the target's embedding table, norms and rotary tables."""
+    `layers` decoder layers only (None: all), sharing the target's embedding table, norms and rotary tables.
+    fuse=False keeps the seven linears of a layer apart (for `scripts/ab_quant.py`'s before/after)."""
     if bits not in BITS:
         raise ValueError(f"bits must be one of {BITS}")
     config = lm.model.config
@@ -137,15 +157,15 @@ def quantised_copy(lm: LoadedModel, bits: int, layers: int | None = None) -> Lla
         layer.input_layernorm, layer.post_attention_layernorm = source.input_layernorm, source.post_attention_layernorm
         layer.self_attn, layer.mlp = torch.nn.Module(), torch.nn.Module()
         layer.self_attn.scaling = source.self_attn.scaling
-        for module in GGUF_NAMES:
-            parent, name = module.split(".")
-            weight = getattr(getattr(source, parent), name).weight.detach()
-            key = f"model.layers.{i}.{module}"
-            if bits == 8:
-                linear = Int8Linear(*quantise_int8(weight))
-            else:
-                linear = Int4Linear(*(codes[key] if key in codes else quantise_int4(weight)))
+        groups = FUSED if fuse else {module: (module,) for module in GGUF_NAMES}
+        for fused, parts in groups.items():
+            weights = [source.get_submodule(part).weight.detach() for part in parts]
+            keys = [f"model.layers.{i}.{part}" for part in parts]
+            linear = quantised_linear(bits, weights, [codes[key] for key in keys] if codes else None)
+            parent, name = fused.split(".")
             setattr(getattr(layer, parent), name, linear)
+        if fuse:
+            layer.self_attn.qkv_sizes = tuple(source.get_submodule(part).weight.shape[0] for part in FUSED["self_attn.qkv_proj"])
         copy.model.layers.append(layer)
     return copy.eval()
 

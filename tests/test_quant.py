@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from transformers import DynamicCache
 
 import specdec_core as sd
 import specdec_core.sampling as sampling
@@ -65,6 +66,23 @@ def test_the_kernels_compute_x_times_the_dequantised_weight():
     q8, scale8 = quant.quantise_int8(weight)
     reference8 = x.bfloat16().float() @ (q8.float() * scale8.bfloat16().float()[:, None]).T
     assert torch.allclose(Int8Linear(q8, scale8)(x), reference8, atol=0.05, rtol=0.01)
+
+
+@pytest.mark.parametrize("bits", quant.BITS)
+def test_fusing_a_layers_linears_changes_no_number(tiny, bits):
+    """q/k/v and gate/up as one linear each compute every output row as before: the copy's logits are
+    bitwise those of the copy with seven separate linears, for a prefill and a one-token step."""
+    fused, apart = quant.quantised_copy(tiny, bits), quant.quantised_copy(tiny, bits, fuse=False)
+    assert hasattr(fused.model.layers[0].self_attn, "qkv_proj") and not hasattr(apart.model.layers[0].self_attn, "qkv_proj")
+    ids = torch.tensor([PROMPTS[1]])
+    logits = []
+    for copy in (fused, apart):
+        cache = DynamicCache()
+        with torch.inference_mode():
+            prefill, _ = sd.llama.forward(copy, cache, ids[:, :-1])
+            step, _ = sd.llama.forward(copy, cache, ids[:, -1:])
+        logits.append((prefill, step))
+    assert all(torch.equal(a, b) for a, b in zip(*logits))
 
 
 # --- the quant drafter: exact and lossless ---------------------------------------------------------
