@@ -338,6 +338,25 @@ def test_mix_verifies_the_proposal_with_more_expected_tokens_per_second():
     assert trusted.propose(context, 4, params, generator).source == "fixed"
 
 
+
+def test_mix_learns_to_draft_deeper_from_a_model_whose_drafts_survive():
+    """A drafter that pays only one draft a step under the prior (a costly step, c = 0.6) must still learn
+    that its guesses survive deeper: a position never verified yet expects its predecessor's survival,
+    not the fixed prior. With the prior at every unverified position, mix verified exactly one quant
+    draft a step on the whole suite (every draft accepted) and never found out that four pay."""
+    from specdec_core.drafters import MixDrafter, NgramDrafter
+
+    ratios = {d: 1.0 + 0.05 * d for d in range(9)}
+    params, generator = sd.SamplingParams(), torch.Generator()
+    mix = MixDrafter(NgramDrafter(1, 3, ratios), [(FixedDrafter([7, 8, 9, 10]), 0.6)], verify_ratios=ratios)
+    lengths = []
+    for _ in range(20):
+        draft = mix.propose([99, 98], 4, params, generator)
+        lengths.append(len(draft.tokens))
+        mix.observe(len(draft.tokens), draft.tokens + [11], {}, verified=len(draft.tokens))
+    assert lengths[0] == 1  # the prior alone pays one draft at this cost ...
+    assert lengths[-1] == 4, lengths  # ... the evidence that every draft survives pays all four
+
 # --- transformers' assisted generation with our draft LM ------------------------------------------
 
 

@@ -49,11 +49,16 @@ class SurvivalStats:
         self.prior = (prior_survived, prior_reached)  # pseudo-counts: Beta(1, 1) by default
 
     def confidence(self, n: int, length: int) -> list[float]:
-        """a_1 .. a_length for a match of length n, each with the prior's pseudo-counts added."""
+        """a_1 .. a_length for a match of length n. a_1 starts from the prior; each deeper a_i starts from
+        a_(i-1) with the prior's weight, so a position never verified yet is expected to survive as often
+        as the one before it. (A fixed prior there traps a costly drafter: when the prior pays only one
+        draft, position 2 is never verified, so its estimate never rises to show that more would pay.)"""
         out = []
+        mean = self.prior[0] / self.prior[1]
         for i in range(1, length + 1):
             survived, reached = self.counts.get((n, i), (0, 0))
-            out.append((survived + self.prior[0]) / (reached + self.prior[1]))
+            mean = (survived + mean * self.prior[1]) / (reached + self.prior[1])
+            out.append(mean)
         return out
 
     def update(self, n: int, verified: int, accepted: int) -> None:
