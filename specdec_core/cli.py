@@ -167,7 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     ed.add_argument("--weights", type=Path, help="a weights folder other than the shipped one (holding MODEL/KIND.safetensors)")
     ed.add_argument("--smoke", action="store_true", help="evaluate on the smoke data run (tiny)")
     ed.add_argument("--k", type=int, default=8, help="draft positions to evaluate (default 8)")
-    ed.add_argument("--limit", type=int, help="at most N held-out sequences")
+    ed.add_argument("--limit", type=int, help="at most N held-out sequences (with --prompts: N prompts)")
+    ed.add_argument("--prompts", type=Path, metavar="FILE",
+                    help="instead of held-out data: the target's greedy answers to the prompts of FILE (JSONL, e.g. "
+                         "the suite), scored offline and, with the shipped weights, in the decode loop, per category")
+    ed.add_argument("--categories", help="with --prompts: only these categories (comma-separated)")
+    ed.add_argument("--max-new-tokens", type=int, default=64, help="with --prompts: answer length (default 64)")
     ed.add_argument("--json", action="store_true")
     ed.add_argument("--calibration", type=Path, metavar="OUT",
                     help="drafters with a confidence head: also write the calibration report (ECE per position, "

@@ -239,6 +239,50 @@ def test_eval_draft_reports_per_position_survival(smoke_runs, monkeypatch, capsy
     assert 1 <= result["greedy"]["tau_walked"]["4"] <= 5
 
 
+def test_walked_survival_counts_the_steps_that_kept_each_draft():
+    from specdec_core.training.objectives import walked_survival, walked_tau
+
+    accepted = torch.tensor([[2, 0, 1, 0, 0, 3]])  # walked at k = 4: anchors 0 (2 kept), 3 (0), 4 (0), 5 (3)
+    batches = [(accepted, torch.ones(1, 6, dtype=torch.bool))]
+    assert walked_survival(batches, 4) == pytest.approx([2 / 4, 2 / 4, 1 / 4, 0.0])
+    assert walked_tau(batches, 4) == pytest.approx(1 + sum(walked_survival(batches, 4)))
+
+
+def test_eval_draft_on_prompts_scores_offline_the_loops_own_answers(smol):
+    """On the same greedy answers, the drafter's teacher-forced acceptance walked the way the loop walks
+    equals what the decode loop measured (within 0.1 at the first position, 10 % in tau): a larger gap
+    would mean the loop feeds the drafter something training never showed it."""
+    from specdec_core.drafters import make_drafter
+    from specdec_core.suite import load_prompts
+    from specdec_core.training.on_prompts import compare_on_prompts
+
+    cases = [c for c in load_prompts(Path(sd.__file__).parent / "prompts" / "suite.jsonl") if c.category == "story"][:2]
+    module = make_drafter("heads", smol, sd.GenerationConfig(mode="spec", drafter="heads"))
+    result = compare_on_prompts(smol, "heads", module.heads, module.vocab, cases, k=4, max_new_tokens=48)
+    assert set(result["categories"]) == {"story", "all"}
+    row = result["categories"]["all"]
+    assert row["answers"] == 2 and 0.5 < row["vocab_coverage"] <= 1.0
+    offline, loop = row["offline"], row["loop"]
+    assert loop["steps"] > 0 and 1.0 <= loop["tau"] <= 5.0
+    assert abs(offline["walked_survival"][0] - loop["survival"][0]) <= 0.1, (offline, loop)
+    assert abs(offline["tau_walked"] / loop["tau"] - 1) <= 0.10, (offline, loop)
+
+
+def test_eval_draft_prompts_cli_on_tiny(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "category": "chat", "prompt": "Say something about rivers."}\n'
+                       '{"id": "b", "category": "qa", "prompt": "Why is the sea salty?"}\n')
+    capsys.readouterr()
+    assert main(["eval-draft", "--kind", "heads", "--model", "tiny", "--prompts", str(prompts), "--k", "2",
+                 "--max-new-tokens", "8", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["categories"]) == {"chat", "qa", "all"} and result["categories"]["all"]["answers"] == 2
+    assert len(result["categories"]["all"]["loop"]["survival"]) == 2
+    assert main(["eval-draft", "--kind", "heads", "--model", "tiny", "--prompts", str(prompts), "--categories", "code"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has no category 'code'" in err and "\n" not in err
+
+
 @pytest.mark.parametrize("argv,message", [
     (["train-draft", "--kind", "heads", "--smoke", "--steps", "0"], "steps must be >= 1"),
     (["train-draft", "--kind", "eagle", "--smoke", "--lr", "2"], "lr must be in (0, 1)"),

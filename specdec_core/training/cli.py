@@ -102,6 +102,9 @@ def run_eval_draft_command(args) -> None:
     lm = load_model(args.model, args.device, "float32")
     cls = KINDS[args.kind].cls
     module = load_module(lm.name, args.kind, cls, args.weights) if args.weights else drafter_module(lm, args.kind, cls)
+    if args.prompts:
+        eval_on_prompts(args, lm, module)
+        return
     folder = data_folder(args, lm, args.kind)
     _, heldout, _ = load_data(lm, folder, args.kind)
     if args.limit:
@@ -127,3 +130,48 @@ def run_eval_draft_command(args) -> None:
             print(f"  {i:<3} {surv:8.3f}  {cond:11.3f}")
         print("  tau(k): " + "  ".join(f"k={k} {t:.2f}" for k, t in s["tau"].items()))
         print("  tau(k) along the loop's own anchors: " + "  ".join(f"k={k} {t:.2f}" for k, t in s["tau_walked"].items()))
+
+
+def eval_on_prompts(args, lm, module) -> None:
+    """`eval-draft --prompts FILE`: offline acceptance and the decode loop's on the same answers."""
+    import json
+
+    from tqdm import tqdm
+
+    from ..drafters import module_vocab
+    from ..errors import SpecDecError
+    from ..suite import load_prompts
+    from .on_prompts import compare_on_prompts
+
+    cases = load_prompts(args.prompts)
+    if args.categories:
+        wanted = [c.strip() for c in args.categories.split(",") if c.strip()]
+        unknown = sorted(set(wanted) - {c.category for c in cases})
+        if unknown:
+            raise SpecDecError(f"{args.prompts} has no category {unknown[0]!r}: it has "
+                               f"{', '.join(sorted({c.category for c in cases}))}")
+        cases = [c for c in cases if c.category in wanted]
+    cases = cases[:args.limit] if args.limit else cases
+    if args.max_new_tokens < 1:
+        raise SpecDecError(f"max-new-tokens must be >= 1 (got {args.max_new_tokens})")
+    loop = args.weights is None  # the decode loop runs the shipped weights
+    vocab = module_vocab(module, lm.model.lm_head.weight)
+    with tqdm(total=len(cases), desc=f"eval-draft {args.kind} on {args.prompts.name}", unit="prompt") as bar:
+        result = compare_on_prompts(lm, args.kind, module, vocab, cases, args.k, args.max_new_tokens, loop, bar.update)
+    result["prompts"] = args.prompts.name
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    print(f"{args.kind} on the target's greedy answers to {args.prompts.name} (k = {result['k']}, "
+          f"{result['max_new_tokens']} new tokens); s1 = first-draft acceptance, tau = tokens per verify step")
+    print(f"  {'category':<14} {'answers':>7} {'tokens':>6} {'in vocab':>8}  {'offline s1':>10} {'walked s1':>9} "
+          f"{'walked tau':>10}" + (f"  {'loop s1':>7} {'loop tau':>8}" if loop else ""))
+    for name, row in result["categories"].items():
+        off = row["offline"]
+        line = (f"  {name:<14} {row['answers']:>7} {row['answer_tokens']:>6} {row['vocab_coverage']:>8.1%}  "
+                f"{off['survival'][0]:>10.3f} {off['walked_survival'][0]:>9.3f} {off['tau_walked']:>10.2f}")
+        if loop:
+            line += f"  {row['loop']['survival'][0]:>7.3f} {row['loop']['tau']:>8.2f}"
+        print(line)
+    if not loop:
+        print("  (the decode loop runs the shipped weights: no loop columns for --weights)")

@@ -105,21 +105,35 @@ def acceptance(logits: torch.Tensor, vocab: ReducedVocab, lm_head: torch.nn.Modu
     return torch.cumprod(matches.long(), dim=0).sum(0), batch.valid(k)
 
 
-def walked_tau(batches: list[tuple[torch.Tensor, torch.Tensor]], k: int) -> float:
-    """Tokens per verify step along the anchors the greedy decode loop itself visits: from anchor m a
-    step emits a+1 tokens and the next step starts at m+a+1. Averaging every anchor instead weights
-    easy stretches the loop crosses in one step as often as the hard positions it stops at, so it
-    overstates the loop's tau; this walk is what the loop measures (up to the end of each sequence).
-    `batches`: (accepted, valid) pairs as `acceptance` returns them."""
-    tokens = steps = 0
+def _walk(batches: list[tuple[torch.Tensor, torch.Tensor]], k: int) -> tuple[list[int], int]:
+    """Walk each sequence as the greedy decode loop does with k drafts a step: from anchor m a step
+    accepts a drafts (at most k) and the next step starts at m+a+1. Returns (how many steps accepted
+    draft i, for i = 1..k; the number of steps)."""
+    reached, steps = [0] * k, 0
     rows = [(row, ok) for accepted, valid in batches for row, ok in zip(accepted.clamp(max=k).tolist(), valid.tolist())]
     for row, ok in rows:
         m = 0
         while m < len(row) and ok[m]:
-            tokens += row[m] + 1
+            for i in range(row[m]):
+                reached[i] += 1
             steps += 1
             m += row[m] + 1
-    return tokens / steps if steps else 0.0
+    return reached, steps
+
+
+def walked_survival(batches: list[tuple[torch.Tensor, torch.Tensor]], k: int) -> list[float]:
+    """s_1 .. s_k along the anchors the loop itself visits (`_walk`): the share of its steps that kept
+    draft i. Averaging every anchor instead weights easy stretches the loop crosses in one step as often
+    as the hard positions it stops at, so it overstates the loop; this walk is what the loop measures
+    (up to the end of each sequence). `batches`: (accepted, valid) pairs as `acceptance` returns them."""
+    reached, steps = _walk(batches, k)
+    return [r / steps if steps else 0.0 for r in reached]
+
+
+def walked_tau(batches: list[tuple[torch.Tensor, torch.Tensor]], k: int) -> float:
+    """Tokens per verify step along the loop's own anchors: the accepted drafts plus the target's token."""
+    reached, steps = _walk(batches, k)
+    return (steps + sum(reached)) / steps if steps else 0.0
 
 
 def survival_summary(accepted: torch.Tensor, k: int) -> dict:

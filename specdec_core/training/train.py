@@ -27,7 +27,7 @@ from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
 from .batches import Sequence, batch_at, load_split, make_batch, read_manifest
 from .kinds import KINDS, layers_needed
-from .objectives import acceptance, survival_summary, walked_tau
+from .objectives import acceptance, survival_summary, walked_survival, walked_tau
 from .vocab import choose_vocab
 
 
@@ -188,6 +188,7 @@ def evaluate(lm: LoadedModel, kind: str, module: torch.nn.Module, vocab: Reduced
     for split, pieces in parts.items():
         summary = survival_summary(torch.cat([a[v] for a, v in pieces]), k)
         summary["tau_walked"] = {kk: walked_tau(pieces, kk) for kk in range(1, k + 1)}
+        summary["walked_survival"] = {kk: walked_survival(pieces, kk) for kk in range(1, k + 1)}
         result[split] = summary
     return result
 
