@@ -99,11 +99,12 @@ def run_eval_draft_command(args) -> None:
 
     if args.kind not in KINDS:
         raise SpecDecError(f"unknown drafter kind {args.kind!r}: choose one of {', '.join(KINDS)}")
+    cases = prompt_cases(args) if args.prompts else None  # bad prompts or settings fail before the model loads
     lm = load_model(args.model, args.device, "float32")
     cls = KINDS[args.kind].cls
     module = load_module(lm.name, args.kind, cls, args.weights) if args.weights else drafter_module(lm, args.kind, cls)
-    if args.prompts:
-        eval_on_prompts(args, lm, module)
+    if cases is not None:
+        eval_on_prompts(args, lm, module, cases)
         return
     folder = data_folder(args, lm, args.kind)
     _, heldout, _ = load_data(lm, folder, args.kind)
@@ -132,17 +133,13 @@ def run_eval_draft_command(args) -> None:
         print("  tau(k) along the loop's own anchors: " + "  ".join(f"k={k} {t:.2f}" for k, t in s["tau_walked"].items()))
 
 
-def eval_on_prompts(args, lm, module) -> None:
-    """`eval-draft --prompts FILE`: offline acceptance and the decode loop's on the same answers."""
-    import json
-
-    from tqdm import tqdm
-
-    from ..drafters import module_vocab
+def prompt_cases(args) -> list:
+    """The prompts `eval-draft --prompts` scores: FILE's cases, only --categories, at most --limit."""
     from ..errors import SpecDecError
     from ..suite import load_prompts
-    from .on_prompts import compare_on_prompts
 
+    if args.max_new_tokens < 1:
+        raise SpecDecError(f"max-new-tokens must be >= 1 (got {args.max_new_tokens})")
     cases = load_prompts(args.prompts)
     if args.categories:
         wanted = [c.strip() for c in args.categories.split(",") if c.strip()]
@@ -151,9 +148,18 @@ def eval_on_prompts(args, lm, module) -> None:
             raise SpecDecError(f"{args.prompts} has no category {unknown[0]!r}: it has "
                                f"{', '.join(sorted({c.category for c in cases}))}")
         cases = [c for c in cases if c.category in wanted]
-    cases = cases[:args.limit] if args.limit else cases
-    if args.max_new_tokens < 1:
-        raise SpecDecError(f"max-new-tokens must be >= 1 (got {args.max_new_tokens})")
+    return cases[:args.limit] if args.limit else cases
+
+
+def eval_on_prompts(args, lm, module, cases: list) -> None:
+    """`eval-draft --prompts FILE`: offline acceptance and the decode loop's on the same answers."""
+    import json
+
+    from tqdm import tqdm
+
+    from ..drafters import module_vocab
+    from .on_prompts import compare_on_prompts
+
     loop = args.weights is None  # the decode loop runs the shipped weights
     vocab = module_vocab(module, lm.model.lm_head.weight)
     with tqdm(total=len(cases), desc=f"eval-draft {args.kind} on {args.prompts.name}", unit="prompt") as bar:
