@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8501
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-notebooks app bench bench-full llamacpp report drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
+.PHONY: setup test test-notebooks app bench bench-full llamacpp report data drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
 
 setup: $(STAMP)
 
@@ -49,13 +49,19 @@ app: setup
 	$(PY) -m specdec_core prepare
 	$(PY) -m streamlit run app/streamlit_app.py --server.address 127.0.0.1 --server.port $(PORT) --server.headless true
 
-# The trained drafters from scratch, as shipped: the data (~25 min on a quiet 2-core CPU, ~50 min on
-# one core), then heads (~15 min), eagle (~30 min), draft (~11 min), block and block-parallel (~15 min
-# each, calibration included: eagle's data, steps, seed and learning rate). Every step resumes where it stopped (rerun the target);
-# weights, manifest and model cards land in specdec_core/weights/. GPU: scripts/gpu_train.sh.
+# Grow the committed training corpus (data/MODEL: token ids, ~35 response tokens/s on one core) up to
+# TOKENS response tokens; it resumes after the last committed shard. Commit data/ afterwards.
+TOKENS ?= 1500000
+data: setup
+	$(PY) -m specdec_core prepare
+	$(PY) -m specdec_core make-data --resume --until-tokens $(TOKENS)
+
+# The trained drafters from scratch on the committed corpus: heads (~15 min), eagle (~30 min), draft
+# (~11 min), block and block-parallel (~15 min each, calibration included), plus the one-off feature cache
+# (rebuilt from the token ids). Every step resumes where it stopped (rerun the target); weights, manifest
+# and model cards land in specdec_core/weights/. GPU: scripts/gpu_train.sh.
 drafters: setup
 	$(PY) -m specdec_core prepare
-	$(PY) -m specdec_core make-data --prompts 2048 --resume
 	$(PY) -m specdec_core train-draft --kind heads --steps 800 --resume
 	$(PY) -m specdec_core train-draft --kind eagle --steps 800 --lr 5e-4 --resume
 	$(PY) -m specdec_core train-draft --kind draft --steps 1000 --lr 5e-4 --resume

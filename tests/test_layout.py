@@ -48,27 +48,31 @@ def test_the_layer_check_finds_a_circle_hidden_in_a_function_and_an_upward_impor
 
 # --- budgets -------------------------------------------------------------------------------------
 
-BUDGET_LINE = re.compile(r"tracked tree ≤ (\d+) MB.*shipped drafter weights ≤ (\d+) MB")
+BUDGET_LINE = re.compile(r"tracked tree ≤ (\d+) MB.*shipped drafter weights ≤ (\d+) MB.*training corpus .*≤ (\d+) MB")
 
 
-def budgets() -> tuple[int, int]:
-    """(tracked tree, shipped drafter weights) in bytes, from README's one budget line."""
+def budgets() -> tuple[int, int, int]:
+    """(tracked tree, shipped drafter weights, training corpus) in bytes, from README's one budget line."""
     matches = [BUDGET_LINE.search(line) for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()]
     found = [m for m in matches if m]
     assert len(found) == 1, "README must state the budgets in exactly one line"
-    return int(found[0][1]) * 10**6, int(found[0][2]) * 10**6
+    return int(found[0][1]) * 10**6, int(found[0][2]) * 10**6, int(found[0][3]) * 10**6
 
 
-def over_budget(sizes: dict[str, int], tree_budget: int, weights_budget: int) -> list[str]:
-    """What exceeds its budget: the tracked tree, and the drafter weights shipped in specdec_core/weights/."""
+def over_budget(sizes: dict[str, int], tree_budget: int, weights_budget: int, data_budget: int) -> list[str]:
+    """What exceeds its budget: the tracked tree, the drafter weights shipped in specdec_core/weights/,
+    and the training corpus committed in data/."""
     tree = sum(sizes.values())
     weights = sum(size for path, size in sizes.items()
                   if path.startswith("specdec_core/weights/") and path.endswith(".safetensors"))
+    data = sum(size for path, size in sizes.items() if path.startswith("data/"))
     problems = []
     if tree > tree_budget:
         problems.append(f"tracked tree {tree / 1e6:.1f} MB > {tree_budget / 1e6:.0f} MB")
     if weights > weights_budget:
         problems.append(f"drafter weights {weights / 1e6:.1f} MB > {weights_budget / 1e6:.0f} MB")
+    if data > data_budget:
+        problems.append(f"training corpus {data / 1e6:.1f} MB > {data_budget / 1e6:.0f} MB")
     return problems
 
 
@@ -85,9 +89,11 @@ def test_tracked_tree_and_shipped_weights_fit_their_budgets():
 
 
 def test_the_budget_check_fails_on_an_oversized_tree_and_oversized_weights():
-    tree_budget, weights_budget = budgets()
+    tree_budget, weights_budget, data_budget = budgets()
     sizes = {"README.md": 1000, "specdec_core/weights/smollm2-135m/heads.safetensors": weights_budget + 1}
-    assert over_budget(sizes, tree_budget, weights_budget) == [
+    assert over_budget(sizes, tree_budget, weights_budget, data_budget) == [
         f"drafter weights {(weights_budget + 1) / 1e6:.1f} MB > {weights_budget / 1e6:.0f} MB"]
+    sizes["data/smollm2-135m/shard-00000.npz"] = data_budget + 1
+    assert len(over_budget(sizes, tree_budget, weights_budget, data_budget)) == 2
     sizes["benchmarks/big.json"] = tree_budget
-    assert len(over_budget(sizes, tree_budget, weights_budget)) == 2
+    assert len(over_budget(sizes, tree_budget, weights_budget, data_budget)) == 3

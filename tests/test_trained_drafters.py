@@ -217,6 +217,53 @@ def test_an_interrupted_then_resumed_run_ends_with_the_same_weights(smoke_runs, 
     assert max(float((whole[n].float() - other[n].float()).abs().max()) for n in whole) > 1e-3
 
 
+@pytest.mark.parametrize("kind", ["heads", "eagle"])
+def test_online_features_train_exactly_as_the_feature_cache(smoke_runs, kind, monkeypatch, tmp_path):
+    """The target's states computed inside each step (no disk) give the losses of the cached ones —
+    and a feature layer shifted by one in the online path is caught."""
+    from specdec_core.training import features
+
+    cache, runs = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    cached = [entry["loss"] for entry in torch.load(runs[kind] / "checkpoint.pt", weights_only=False)["log"]]
+
+    def losses(out: Path) -> list[float]:
+        assert main(["train-draft", "--kind", kind, "--smoke", "--features", "online", "--out", str(out)]) == 0
+        return [entry["loss"] for entry in torch.load(out / "checkpoint.pt", weights_only=False)["log"]]
+
+    online = losses(tmp_path / "online")
+    assert len(online) == len(cached) == 6 and max(abs(a - b) for a, b in zip(online, cached)) <= 1e-5
+
+    real = features.capture  # a broken online path: every layer read one layer too low
+
+    def shifted(target, ids, prompt_len, layers):
+        states = real(target, ids, prompt_len, tuple(layer - 1 for layer in layers))
+        return lambda: {layer: states[layer - 1] for layer in layers}
+
+    monkeypatch.setattr(features, "online", shifted)
+    broken = losses(tmp_path / "broken")
+    assert max(abs(a - b) for a, b in zip(broken, cached)) > 1e-3
+
+
+def test_a_warm_start_continues_from_the_weights_and_adds_a_sitting_to_their_card(smoke_runs, monkeypatch, tmp_path, tiny):
+    from specdec_core.training.train import TrainConfig, open_training
+
+    cache, runs = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    weights = runs["heads"] / "weights"
+    config = TrainConfig(kind="heads", model="tiny", steps=6, vocab=512, init=str(weights))
+    run = open_training(tiny, config, [], [], False, tmp_path / "probe")
+    start = weights_module.load_module("tiny", "heads", MedusaHeads, weights)
+    assert all(torch.equal(t, start.state_dict()[n].float()) for n, t in run.module.state_dict().items())
+    assert run.optimizer.state  # the exported run's Adam moments came along from the cache
+    assert main(["train-draft", "--kind", "heads", "--smoke", "--init", str(weights), "--out", str(tmp_path / "warm")]) == 0
+    read = lambda root: json.loads((root / "tiny" / "manifest.json").read_text())["files"]["heads.safetensors"]["card"]  # noqa: E731
+    first, second = read(weights), read(tmp_path / "warm" / "weights")
+    assert [h["init"] for h in second["history"]] == ["scratch", str(weights)] and second["history"][0] == first["history"][0]
+    assert second["total"]["steps"] == 12 and second["total"]["sittings"] == 2
+    assert second["total"]["tokens_seen"] == first["tokens_seen"] + second["tokens_seen"] and first["tokens_seen"] > 0
+
+
 def test_walked_tau_follows_the_loops_anchors():
     from specdec_core.training.objectives import walked_tau
 
@@ -286,7 +333,7 @@ def test_eval_draft_prompts_cli_on_tiny(tmp_path, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["train-draft", "--kind", "heads", "--smoke", "--steps", "0"], "steps must be >= 1"),
     (["train-draft", "--kind", "eagle", "--smoke", "--lr", "2"], "lr must be in (0, 1)"),
-    (["train-draft", "--kind", "heads", "--data", "/nonexistent/run"], "no data run at /nonexistent/run"),
+    (["train-draft", "--kind", "heads", "--data", "/nonexistent/run"], "no corpus at /nonexistent/run"),
 ])
 def test_bad_training_arguments_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == 2
@@ -315,11 +362,10 @@ def test_offline_tau_predicts_the_decode_loops_tau(smol, drafter):
     from specdec_core.drafters import make_drafter
     from specdec_core.target import Target
     from specdec_core.training.batches import decoded_sequence
-    from specdec_core.training.data import is_heldout
-    from specdec_core.training.prompts import training_prompts
+    from specdec_core.course.experiments import heldout_template_prompts
     from specdec_core.training.train import evaluate, layers_needed
 
-    prompts = [p.text for p in training_prompts(0) if is_heldout(p, 0.05)][:4]
+    prompts = list(heldout_template_prompts(4))
     config = sd.GenerationConfig(mode="spec", drafter=drafter, k=4, max_new_tokens=64)
     emitted = steps = 0
     sequences = []

@@ -1,21 +1,21 @@
-"""Training data (specdec_core/training): the prompt set, its contamination check against the eval
-prompts, and `make-data` on `tiny` end to end: shard contents, resume, and bit-identical regeneration."""
+"""Training data (specdec_core/training): the prompt sources, the contamination check against the eval
+prompts, and `make-data` on `tiny` end to end: the committed-corpus format, append and resume
+bit-identically, regeneration from the records, the manifest check and the overlap rule."""
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
-import torch
 
 from specdec_core.cli import main
-from specdec_core.training import data as data_module
-from specdec_core.training.data import capture_layers, read_shard
-from specdec_core.training.prompts import (CATEGORIES, TrainingPrompt, check_contamination, trigram_overlap, trigrams,
+from specdec_core.training import data as data_module, sources
+from specdec_core.training.corpus import load_corpus, read_manifest, read_shard
+from specdec_core.training.prompts import (CATEGORIES, check_contamination, trigram_overlap, trigrams,
                                            training_prompts)
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ["make-data", "--model", "tiny", "--prompts", "7", "--max-new-tokens", "6", "--concurrency", "3",
-       "--shard-size", "3", "--heldout", "0"]  # shards of 3 + 3 + 1 sequences
+SMOKE = ["make-data", "--smoke"]  # tiny, shards of 8 sequences of 16 tokens
 
 
 def run_main(capsys, *argv: str) -> tuple[int, str, str]:
@@ -24,25 +24,15 @@ def run_main(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def shard_hashes(folder: Path) -> dict[str, str]:
-    return {name: s["sha256"] for name, s in json.loads((folder / "manifest.json").read_text())["shards"].items()}
-
-
 @pytest.fixture(scope="module")
-def run_a(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("data") / "a"
-    assert main([*RUN, "--out", str(folder)]) == 0
+def corpus_a(tmp_path_factory) -> Path:
+    """Three shards in one go."""
+    folder = tmp_path_factory.mktemp("corpus") / "a"
+    assert main([*SMOKE, "--shards", "3", "--out", str(folder)]) == 0
     return folder
 
 
 # --- the prompt set -----------------------------------------------------------------------------
-
-
-def test_capture_layers_cover_every_drafter_and_fit_tiny():
-    assert capture_layers(30) == (2, 5, 10, 15, 20, 25, 27, 30)  # EAGLE 2/15/27, block 5..25, final 30
-    assert capture_layers(2) == (1, 2)
-
-
 def test_prompt_order_alternates_categories_and_languages():
     prompts = training_prompts(0)
     assert len({p.text for p in prompts}) == len(prompts) >= 3000
@@ -82,77 +72,127 @@ def test_the_real_prompt_set_is_clean_and_short(tiny):
     assert max(lengths) <= 70
 
 
+# --- the sources --------------------------------------------------------------------------------
+
+
+def test_sources_are_deterministic_streams_with_cursors():
+    for take in (sources.template_items, sources.passage_items, sources.code_items, sources.writer_items):
+        first, cursor = take(0, 6, 0)
+        assert len(first) == 6 and cursor >= 6
+        again, _ = take(0, 6, 0)
+        rest, _ = take(cursor, 3, 0)
+        assert again == first and not {i.text for i in rest} & {i.text for i in first}
+        assert all(i.messages[-1][0] == "user" and i.ref for i in first)
+    code = sources.code_functions()
+    assert len(code) > 1000 and all("(" in ref and ")" in ref for ref, _ in code[:50])  # the licence is in the ref
+    assert sources.plant_bug("if a == b:\n    return True") == "if a != b:\n    return True"
+
+
+def test_clean_request_keeps_the_message_and_drops_role_talk():
+    assert sources.clean_request('Sure! Here is a message:\n\n"How do I bake bread without yeast?"') == \
+        "How do I bake bread without yeast?"
+    assert sources.clean_request("用户：请帮我写一首关于秋天的短诗。") == "请帮我写一首关于秋天的短诗。"
+    assert sources.clean_request("As an AI assistant, I cannot write messages.") is None
+    assert sources.clean_request("Hi!") is None
+
+
+def test_multi_turn_follows_up_on_an_earlier_answer_only_of_chat_like_sources():
+    chat = sources.Item("templates", "t", "qa", "en", (("user", "What is a comet?"),))
+    code = sources.Item("code", "c", "explain", "en", (("user", "Explain this"),))
+    earlier = [sources.Earlier(code, "x" * 50, "shard-00000 #0"), sources.Earlier(chat, "A comet is " + "ice " * 20, "shard-00000 #1")]
+    items, cursor = sources.multi_turn_items(0, 1, 0, lambda j: earlier[j] if j < len(earlier) else None)
+    assert cursor == 2 and len(items) == 1
+    roles = [role for role, _ in items[0].messages]
+    assert roles == ["user", "assistant", "user"] and items[0].ref == "follows shard-00000 #1"
+    assert items[0].messages[-1][1] in sources.FOLLOW_UPS_EN
+
+
 # --- make-data ----------------------------------------------------------------------------------
 
 
-def test_make_data_writes_shards_that_replay_the_target(run_a, tiny):
-    manifest = json.loads((run_a / "manifest.json").read_text())
-    assert manifest["complete"] and list(manifest["shards"]) == ["train-00000", "train-00001", "train-00002"]
-    assert manifest["capture_layers"] == [1, 2] and manifest["contamination"]["flagged"] == 0
-    assert manifest["totals"]["sequences"] == 7
-    shard = read_shard(run_a / "train-00000.safetensors")
-    assert len(shard) == 3 and shard.prompt_index.tolist() == [0, 1, 2]
-    prompts = training_prompts(0)
-    embed = tiny.model.model.embed_tokens.weight  # tied: the output head
-    for i in range(len(shard)):
-        ids, prompt_len, hidden = shard.sequence(i)
-        assert ids[:prompt_len] == tiny.encode(prompts[i].text)
-        response = ids[prompt_len:]
-        assert 1 <= len(response) <= 6 and hidden[2].shape == (len(response) + 1, 64) and hidden[2].dtype == torch.float16
-        fresh = data_module.capture(data_module.Target(tiny), ids, prompt_len, (1, 2))
-        assert all(torch.equal(hidden[layer], fresh[layer]) for layer in (1, 2))
-        if i % 2 == 0:  # greedy: the stored final state predicts each response token
-            assert (hidden[2][:-1].float() @ embed.T).argmax(-1).tolist() == response
+def test_make_data_writes_a_committable_corpus_of_token_ids(corpus_a, tiny):
+    manifest = read_manifest(corpus_a)
+    assert [e["file"] for e in manifest["shards"]] == ["shard-00000.npz", "shard-00001.npz", "shard-00002.npz"]
+    assert manifest["totals"]["sequences"] == 24 and set(manifest["sources"]) == set(sources.MIX)
+    assert all(set(e["sources"]) <= set(sources.MIX) and e["max_overlap"] < 0.5 for e in manifest["shards"])
+    with np.load(corpus_a / "shard-00001.npz") as z:
+        assert z["tokens"].dtype == np.uint16 and z["offsets"].dtype == np.int64
+    stored = read_shard(corpus_a / "shard-00001.npz")
+    assert len(stored) == 8 and {s.item.source for s in stored} >= {"multi-turn", "templates"}
+    for g, s in enumerate(stored, 8):
+        assert s.ids[:s.prompt_len] == tiny.encode(s.item.chat())  # the prompt, as the engine templated it
+        assert 1 <= len(s.response) <= 16 and s.greedy == (g % 2 == 0)
+    follow = next(s for s in stored if s.item.source == "multi-turn")
+    assert follow.item.ref.startswith("follows shard-00000 #")
 
 
-def test_resume_rewrites_only_missing_or_corrupt_shards_identically(run_a, tmp_path, capsys):
+def test_make_data_appends_and_resumes_bit_identically(corpus_a, tmp_path, capsys):
     folder = tmp_path / "b"
-    shutil.copytree(run_a, folder)
-    (folder / "train-00000.safetensors").unlink()
-    corrupt = folder / "train-00002.safetensors"
-    corrupt.write_bytes(corrupt.read_bytes()[:-1] + b"\x00")
-    code, _, err = run_main(capsys, *RUN, "--out", str(folder))
+    assert main([*SMOKE, "--out", str(folder)]) == 0  # one shard
+    capsys.readouterr()
+    code, _, err = run_main(capsys, *SMOKE, "--out", str(folder))
     assert code == 2 and "--resume" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run_main(capsys, *RUN, "--out", str(folder), "--resume")
-    assert code == 0, err
-    manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["sittings"][-1]["written"] == ["train-00000", "train-00002"]
-    for name in ("train-00000", "train-00001", "train-00002"):
-        assert (folder / f"{name}.safetensors").read_bytes() == (run_a / f"{name}.safetensors").read_bytes()
+    assert main([*SMOKE, "--out", str(folder), "--resume", "--shards", "2"]) == 0
+    for name in ("shard-00000.npz", "shard-00001.npz", "shard-00002.npz"):
+        assert (folder / name).read_bytes() == (corpus_a / name).read_bytes()
+    assert [e["cursors"] for e in read_manifest(folder)["shards"]] == [e["cursors"] for e in read_manifest(corpus_a)["shards"]]
 
 
-def test_same_seed_regenerates_identical_shards(run_a, tmp_path):
-    assert main([*RUN, "--out", str(tmp_path / "again")]) == 0
-    assert shard_hashes(tmp_path / "again") == shard_hashes(run_a)
+def test_a_shard_regenerates_bit_identically_from_its_records(corpus_a, tiny):
+    manifest = read_manifest(corpus_a)
+    again = data_module.regenerate(tiny, corpus_a, manifest, 1)
+    assert [(s.ids, s.prompt_len) for s in again] == [(s.ids, s.prompt_len) for s in read_shard(corpus_a / "shard-00001.npz")]
 
 
-def test_held_out_prompts_go_to_their_own_shards(tmp_path):
-    assert main([*RUN, "--heldout", "0.5", "--prompts", "6", "--out", str(tmp_path)]) == 0
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    held = manifest["heldout"]["prompt_indices"]
-    heldout_shards = [n for n in manifest["shards"] if n.startswith("heldout-")]
-    assert held and heldout_shards and len(held) < 6
-    seen = [i for n in heldout_shards for i in read_shard(tmp_path / f"{n}.safetensors").prompt_index.tolist()]
-    assert seen == held
+def test_a_corrupted_or_missing_shard_is_a_one_line_error(corpus_a, tmp_path, capsys):
+    folder = tmp_path / "c"
+    shutil.copytree(corpus_a, folder)
+    shard = folder / "shard-00001.npz"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte inside the compressed tokens
+    shard.write_bytes(bytes(data))
+    for argv in ([*SMOKE, "--out", str(folder), "--resume"],
+                 ["eval-draft", "--kind", "heads", "--model", "tiny", "--data", str(folder)]):
+        code, _, err = run_main(capsys, *argv)
+        assert code == 2 and "shard-00001.npz does not match its SHA-256" in err and len(err.strip().splitlines()) == 1
+    shard.unlink()
+    code, _, err = run_main(capsys, *SMOKE, "--out", str(folder), "--resume")
+    assert code == 2 and "shard-00001.npz is missing" in err
 
 
-def test_make_data_refuses_a_contaminated_prompt_set(monkeypatch, tmp_path, capsys):
-    planted = (*training_prompts(0)[:3], TrainingPrompt(3, "qa", "en", "How does a rainbow form?"))
-    monkeypatch.setattr(data_module, "training_prompts", lambda seed: planted)
-    code, _, err = run_main(capsys, *RUN, "--prompts", "4", "--out", str(tmp_path / "c"))
-    assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "How does a rainbow form?" in err and "100%" in err and "qa-02" in err
-    assert not (tmp_path / "c").exists()
+def test_the_overlap_rule_drops_a_prompt_copied_from_the_suite(monkeypatch, tmp_path, tiny):
+    copied = "How does a rainbow form?"  # qa-02 of the suite, word for word
+    planted = sources.Item("templates", "planted", "qa", "en", (("user", copied),))
+    real = sources.template_items
+
+    def with_copy(cursor, n, seed):
+        items, after = real(cursor, n, seed)
+        return ([planted, *items[:-1]] if cursor == 0 else items), after
+
+    monkeypatch.setattr(sources, "template_items", with_copy)
+    assert main([*SMOKE, "--sources", "templates", "--out", str(tmp_path / "d")]) == 0
+    manifest = read_manifest(tmp_path / "d")
+    corpus = load_corpus(tmp_path / "d")
+    assert manifest["shards"][0]["dropped"]["overlap"] == 1 and len(corpus.sequences) == 8
+    assert copied not in {s.item.text for s in corpus.sequences}
+    assert not check_contamination([s.item.text for s in corpus.sequences], tiny.tokenizer).flagged
+    assert check_contamination([copied], tiny.tokenizer).flagged == 1  # the rule itself, on the copy
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--heldout", "1.5"], "heldout must be in [0, 1)"),
-    (["--prompts", "0"], "prompts must be between 1"),
     (["--concurrency", "0"], "concurrency must be between 1 and 256"),
     (["--shard-size", "0"], "shard-size must be >= 1"),
+    (["--shards", "0"], "shards must be >= 1"),
+    (["--sources", "templates,hub"], "unknown source 'hub'"),
+    (["--sources", "code"], "must include templates"),
     (["--max-new-tokens", "many"], "invalid int value"),
-    (["--out", str(ROOT / "data")], "inside the repository"),
 ])
-def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
-    code, out, err = run_main(capsys, *RUN, *argv)
+def test_bad_arguments_exit_2_with_one_line(capsys, argv, message, tmp_path):
+    code, out, err = run_main(capsys, "make-data", "--model", "tiny", "--out", str(tmp_path / "x"), *argv)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_tiny_never_writes_into_the_repository(capsys):
+    code, _, err = run_main(capsys, *SMOKE, "--out", str(ROOT / "data" / "tiny-test"))
+    assert code == 2 and "inside the repository" in err and not (ROOT / "data" / "tiny-test").exists()

@@ -305,11 +305,12 @@ def shipped_drafters(model: str) -> tuple[str, ...]:
 
 
 def heldout_template_prompts(n: int) -> tuple[str, ...]:
-    """The first n training-template prompts held out of every data run (`make-data` never trains on them)."""
-    from ..training.data import is_heldout
+    """The first n training-template prompts held out of every corpus (`train-draft` never trains on them)."""
+    from ..training.corpus import is_heldout
     from ..training.prompts import training_prompts
+    from ..training.sources import Item
 
-    return tuple(p.text for p in training_prompts(0) if is_heldout(p, 0.05))[:n]
+    return tuple(p.text for p in training_prompts(0) if is_heldout(Item.single(p.text)))[:n]
 
 
 OFFLINE_GROUPS = {"template": lambda: heldout_template_prompts(6),  # short answers: six give about as many anchors

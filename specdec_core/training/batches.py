@@ -8,14 +8,15 @@ one loss and one offline evaluation serve them all.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Callable
 
 import torch
 
-from ..errors import SpecDecError
-from .data import capture, read_shard
+from ..models import LoadedModel
+from ..target import Target
+from . import features
+from .corpus import Corpus
 
 
 @dataclass
@@ -23,12 +24,16 @@ class Sequence:
     next_tokens: torch.Tensor  # (rows,) int64: the token after each row's position (the last one: 0, none)
     position: int  # the absolute position of row 0 (prompt_len - 1)
     tokens: torch.Tensor  # (prompt_len + rows - 1,) int64: prompt and response, what a token-only drafter reads
-    hidden: dict[int, torch.Tensor]  # layer -> (rows, H) float16
-    greedy: bool  # generated greedily (even prompt index) or sampled
+    # layer -> (rows, H) float16: read from the feature cache, or computed when a batch is made (online)
+    hidden: dict[int, torch.Tensor] | Callable[[], dict[int, torch.Tensor]]
+    greedy: bool  # generated greedily (even sequence index) or sampled
 
     @property
     def rows(self) -> int:
         return len(self.next_tokens)
+
+    def features(self) -> dict[int, torch.Tensor]:
+        return self.hidden() if callable(self.hidden) else self.hidden
 
 
 @dataclass
@@ -51,41 +56,28 @@ class Batch:
                      self.starts.to(device))
 
 
-def read_manifest(folder: Path) -> dict:
-    """A data run's manifest, or a one-line error naming the folder."""
-    try:
-        return json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError) as err:
-        raise SpecDecError(f"no data run at {folder} ({err}); make one with: python -m specdec_core make-data")
-
-
-def load_split(folder: Path, manifest: dict, split: str, layers: tuple[int, ...], limit: int | None = None) -> list[Sequence]:
-    """The sequences of a data run's split ("train" or "heldout"), keeping only `layers`."""
-    missing = [layer for layer in layers if layer not in manifest["capture_layers"]]
-    if missing:
-        raise SpecDecError(f"{folder} lacks hidden layers {missing} (it has {manifest['capture_layers']})")
-    files = sorted(name for name, meta in manifest["shards"].items() if meta["split"] == split)
-    if not files:
-        raise SpecDecError(f"{folder} has no {split} shards yet: finish it with make-data --resume")
-    sequences = []
-    for name in files:
-        shard = read_shard(folder / manifest["shards"][name]["file"])
-        for i in range(len(shard)):
-            ids, prompt_len, hidden = shard.sequence(i)
-            tokens = torch.tensor(ids, dtype=torch.long)
-            next_tokens = torch.cat((tokens[prompt_len:], torch.zeros(1, dtype=torch.long)))
-            sequences.append(Sequence(next_tokens, prompt_len - 1, tokens, {layer: hidden[layer] for layer in layers},
-                                      int(shard.prompt_index[i]) % 2 == 0))
-            if limit is not None and len(sequences) >= limit:
-                return sequences
-    return sequences
+def load_splits(lm: LoadedModel, corpus: Corpus, layers: tuple[int, ...], mode: str = "cache",
+                on_sequence: Callable[[int], None] = lambda n: None) -> tuple[list[Sequence], list[Sequence]]:
+    """The corpus's train and held-out sequences (`Corpus.heldout`), with the target's states at
+    `layers` from the feature cache or computed online (features.py)."""
+    if mode == "cache":
+        hidden = features.cached(lm, corpus, layers, on_sequence=on_sequence)
+    else:
+        target = Target(lm)
+        hidden = [features.online(target, s.ids, s.prompt_len, layers) for s in corpus.sequences]
+    splits: tuple[list[Sequence], list[Sequence]] = ([], [])
+    for stored, h, held in zip(corpus.sequences, hidden, corpus.heldout()):
+        tokens = torch.tensor(stored.ids, dtype=torch.long)
+        next_tokens = torch.cat((tokens[stored.prompt_len:], torch.zeros(1, dtype=torch.long)))
+        splits[held].append(Sequence(next_tokens, stored.prompt_len - 1, tokens, h, stored.greedy))
+    return splits
 
 
 def decoded_sequence(target, prompt_ids: list[int], output_ids: list[int], layers: tuple[int, ...]) -> Sequence:
-    """A decoded answer as a data run stores it: the target's states at `layers` captured on prompt +
-    output (`data.capture`), so `evaluate` measures it exactly as it measures held-out data."""
+    """A decoded answer as training sees one: the target's states at `layers` captured on prompt +
+    output (`features.capture`), so `evaluate` measures it exactly as it measures held-out data."""
     ids, prompt_len = prompt_ids + output_ids, len(prompt_ids)
-    hidden = capture(target, ids, prompt_len, layers)
+    hidden = features.capture(target, ids, prompt_len, layers)
     return Sequence(torch.tensor(ids[prompt_len:] + [0]), prompt_len - 1, torch.tensor(ids), hidden, True)
 
 
@@ -94,13 +86,14 @@ def make_batch(sequences: list[Sequence]) -> Batch:
     b = len(sequences)
     next_tokens = torch.zeros(b, n, dtype=torch.long)
     positions = torch.zeros(b, n, dtype=torch.long)
-    hidden = {layer: torch.zeros(b, n, h.shape[1]) for layer, h in sequences[0].hidden.items()}
+    states = [s.features() for s in sequences]
+    hidden = {layer: torch.zeros(b, n, h.shape[1]) for layer, h in states[0].items()}
     tokens = torch.zeros(b, max(len(s.tokens) for s in sequences), dtype=torch.long)
     for i, s in enumerate(sequences):
         next_tokens[i, :s.rows] = s.next_tokens
         positions[i] = torch.arange(s.position, s.position + n)
         tokens[i, :len(s.tokens)] = s.tokens
-        for layer, h in s.hidden.items():
+        for layer, h in states[i].items():
             hidden[layer][i, :s.rows] = h.float()
     return Batch(next_tokens, positions, torch.tensor([s.rows for s in sequences]), hidden, tokens,
                  torch.tensor([s.position for s in sequences]))

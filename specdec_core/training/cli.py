@@ -1,61 +1,73 @@
 """The `make-data` command (argparse namespace in, a data run folder out)."""
 from __future__ import annotations
 
-from .data import DataConfig, fill_run, open_run
+from .data import DataConfig, grow, open_corpus
+from .sources import MIX
+
+
+# The smoke corpus: tiny, shards of 8 sequences of 16 tokens, a quarter held out.
+SMOKE = DataConfig(model="tiny", max_new_tokens=16, concurrency=4, shard_size=8, heldout=0.25)
+
+
+def data_config(args) -> DataConfig:
+    """make-data's settings (--smoke: SMOKE)."""
+    sources = tuple(s.strip() for s in args.sources.split(",") if s.strip()) if args.sources else tuple(MIX)
+    if args.smoke:
+        return DataConfig(**{**SMOKE.__dict__, "seed": args.seed, "sources": sources})
+    return DataConfig(model=args.model, max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
+                      seed=args.seed, shard_size=args.shard_size, heldout=args.heldout, sources=sources)
 
 
 def run_make_data_command(args) -> None:
     from tqdm import tqdm
 
+    from ..errors import SpecDecError
     from ..models import load_model
 
-    config = DataConfig(model=args.model, prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                        concurrency=args.concurrency, seed=args.seed, heldout=args.heldout, shard_size=args.shard_size)
+    config = data_config(args)
     config.validate()  # bad settings fail before the model loads
-    lm = load_model(args.model, args.device, args.dtype)
-    run = open_run(lm, config, args.out, args.resume)  # and a refused run before the progress bar
-    with tqdm(total=config.prompts, desc="make-data", unit="seq") as bar:
-        manifest = fill_run(lm, run, bar)
-    totals, report = manifest["totals"], manifest["contamination"]
-    print(f"{run.folder}: {totals['sequences']} sequences, {totals['response_tokens']} response tokens, "
-          f"{totals['bytes'] / 1e6:.1f} MB ({totals['bytes_per_response_token']:.0f} bytes/token), "
-          f"{len(manifest['shards'])} shards, layers {manifest['capture_layers']}")
-    print(f"contamination check: {report['training_prompts']} prompts x {report['eval_turns']} eval turns, "
-          f"max 3-gram overlap {report['max_overlap']:.0%} (limit {report['threshold']:.0%})")
+    for name in ("shards", "until_tokens"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise SpecDecError(f"{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
+    shards = args.shards if args.shards is not None or args.until_tokens is not None else 1
+    lm = load_model(config.model, args.device, args.dtype)
+    folder, manifest = open_corpus(lm, config, args.out, args.resume)  # a refused corpus before the progress bar
+    before = manifest.get("totals", {}).get("response_tokens", 0)
+    goal = args.until_tokens - before if args.until_tokens else (shards or 0) * config.shard_size * config.max_new_tokens
+    with tqdm(total=max(goal, 0), desc="make-data", unit="tok") as bar:
+        manifest = grow(lm, config, folder, manifest, shards, args.until_tokens, bar)
+    t = manifest["totals"]
+    print(f"{folder}: {t['shards']} shards, {t['sequences']} sequences, {t['response_tokens']} response tokens "
+          f"(+{t['response_tokens'] - before}), {t['bytes'] / 1e6:.2f} MB; sources "
+          + ", ".join(f"{k} {v}" for k, v in t["sources"].items()))
 
 
-def smoke_data(lm) -> "Path":
-    """A tiny data run for `--smoke` (made once, then reused from the cache): 16 prompts, 16 tokens."""
-    config = DataConfig(model="tiny", prompts=16, max_new_tokens=16, concurrency=4, heldout=0.25, shard_size=8)
-    run = open_run(lm, config, resume=True)
-    if not run.manifest.get("complete"):
-        fill_run(lm, run)
-    return run.folder
+def smoke_corpus(lm) -> "Path":
+    """A tiny corpus for `--smoke` training (made once, then reused from the cache): 2 shards of 8."""
+    from .data import default_folder
+
+    folder, manifest = open_corpus(lm, SMOKE, default_folder("tiny") / "smoke", resume=True)
+    if len(manifest["shards"]) < 2:
+        grow(lm, SMOKE, folder, manifest, 2 - len(manifest["shards"]))
+    return folder
 
 
-def data_folder(args, lm, kind: str) -> "Path":
-    """--data, or the smoke run, or the newest complete data run of the model under SPECDEC_CACHE."""
-    import json
-
-    from ..errors import SpecDecError
-    from ..models import cache_dir
+def data_folder(args, lm) -> "Path":
+    """--data, or the smoke corpus, or the model's committed corpus (data/MODEL)."""
+    from .corpus import corpus_dir
 
     if args.data:
         return args.data
     if getattr(args, "smoke", False):
-        return smoke_data(lm)
-    root = cache_dir() / "training-data" / lm.name
-    runs = [p for p in sorted(root.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime)
-            if json.loads(p.read_text()).get("complete")]
-    if not runs:
-        raise SpecDecError(f"no complete data run under {root}: run python -m specdec_core make-data first (or pass --data)")
-    return runs[-1].parent
+        return smoke_corpus(lm)
+    return corpus_dir(lm.name)
 
 
 def run_train_draft_command(args) -> None:
     from tqdm import tqdm
 
     from ..models import load_model
+    from .corpus import prefix, read_manifest
     from .train import KINDS, TrainConfig, evaluate, export, load_data, open_training, train_steps, weights_root
 
     model = "tiny" if args.smoke else args.model
@@ -63,15 +75,17 @@ def run_train_draft_command(args) -> None:
     config = TrainConfig(kind=args.kind, model=model, steps=steps, batch_size=args.batch_size, lr=args.lr,
                          warmup=min(args.warmup, steps), depth=args.depth, intermediate=args.intermediate,
                          vocab=args.vocab or (512 if args.smoke else 0), seed=args.seed,
-                         checkpoint_every=3 if args.smoke else args.checkpoint_every)
+                         checkpoint_every=3 if args.smoke else args.checkpoint_every, init=str(args.init or ""))
     config.validate()
     lm = load_model(model, args.device, "float32")
-    folder = data_folder(args, lm, args.kind)
-    config = TrainConfig(**{**config.__dict__, "data": str(folder)})
-    train, heldout, manifest = load_data(lm, folder, args.kind)
+    folder = data_folder(args, lm)
+    shards = args.data_shards or len(prefix(read_manifest(folder), args.data_tokens or 0))
+    config = TrainConfig(**{**config.__dict__, "data": str(folder), "data_shards": shards})
+    with tqdm(desc=f"features ({args.features})", unit="seq") as bar:
+        train, heldout, manifest = load_data(lm, folder, args.kind, args.features, shards, bar.update)
     run = open_training(lm, config, train, heldout, args.resume, args.out)
-    print(f"{config.kind}: {len(train)} training sequences from {folder.name}, reduced vocabulary N = {len(run.vocab)}; "
-          f"run folder {run.folder}")
+    print(f"{config.kind}: {len(train)} training sequences ({manifest['totals']['response_tokens']} response tokens, "
+          f"{shards} shards of {folder}), reduced vocabulary N = {len(run.vocab)}; run folder {run.folder}")
     with tqdm(total=config.steps, initial=run.step, desc=f"train-draft {config.kind}", unit="step") as bar:
         train_steps(lm, run, train, args.stop_after, bar)
     if run.step < config.steps:
@@ -106,7 +120,7 @@ def run_eval_draft_command(args) -> None:
     if cases is not None:
         eval_on_prompts(args, lm, module, cases)
         return
-    folder = data_folder(args, lm, args.kind)
+    folder = data_folder(args, lm)
     _, heldout, _ = load_data(lm, folder, args.kind)
     if args.limit:
         heldout = heldout[:args.limit]

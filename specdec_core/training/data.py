@@ -1,181 +1,100 @@
-"""Self-distillation data: the target's own answers to the training prompts, with the hidden states
-every drafter trains on, in safetensors shards outside the repo.
+"""`make-data`: grow the corpus (corpus.py) by shards of the target's own answers to prompts from
+every source (sources.py).
 
 A drafter is trained to guess what *this* target says next, so the data is the target's own text.
-The work is done shard by shard, and a shard is the unit of resuming and of reproducibility:
-1. generate: the shard's prompts, through the chat template, answered by the target with the serving
-   engine (plain AR, `fixed` scheduler, a closed loop of C requests in flight); even prompt indices
-   greedy, odd ones sampled at temperature 0.7, each request with its own seed from the run seed and
-   its prompt index;
-2. capture: when a response is done, one plain forward of the target (fresh cache) over prompt +
-   response returns the CAPTURE layers' hidden states, of which the last prompt position and every
-   response position are kept, in float16;
-3. write: the shard goes to a temporary file, is renamed into place, and its SHA-256 into manifest.json.
-Every shard runs on an engine of its own that drains before the next shard starts, so a shard's
-batches (and with them the float rounding of its batched forwards) never depend on what ran before:
-a resumed run writes the same bytes as an uninterrupted one, and the same seed regenerates the same
-shards on the same machine, kernels and thread count.
-
-Shard format (`train-00000.safetensors`, `heldout-00000.safetensors`; n sequences):
-- `tokens` (T,) int32: each sequence's prompt ids (chat template applied) then its response ids, back
-  to back; `offsets` (n+1,) int64: sequence i is tokens[offsets[i]:offsets[i+1]];
-- `prompt_lens` (n,) int32; `prompt_index` (n,) int32, the prompt's place in `training_prompts(seed)`
-  (its parity says greedy or sampled);
-- `hidden.<layer>` (rows, H) float16 per captured layer: sequence i owns 1 + (its response length)
-  rows, row j the state at position prompt_len - 1 + j, the one that predicts token prompt_len + j
-  (the last row, at the final response token, predicts nothing but is the feature EAGLE regresses to).
+One shard at a time, and a shard is the unit of resuming and of reproducibility:
+1. prompts: each source gives its quota from its cursor (the last shard's cursors in the manifest);
+   self-instruct first has the target *write* twice its quota of requests (sampled), keeps the clean
+   ones; every candidate is dropped if it repeats a prompt already in the corpus or shares ≥ 50 % of
+   its token 3-grams with an eval prompt (`prompts.overlaps`), and the counts are recorded;
+2. answers: the serving engine (plain AR, `fixed` scheduler, a closed loop of C requests in flight,
+   many sequences per forward); the corpus's sequence g is greedy when g is even and sampled at
+   temperature 0.7 when odd, with a seed of its own from (run seed, g);
+3. write: the shard to a temporary file renamed into place, then its entry (SHA-256, counts, cursors)
+   into manifest.json.
+Every phase of a shard runs on an engine of its own that drains before the next starts, so a shard's
+batches never depend on what ran before: a resumed corpus is byte-identical to an uninterrupted one,
+and a shard's answers regenerate bit-identically from its records (`regenerate`).
 """
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import platform
 import time
 from dataclasses import asdict, dataclass
-from fractions import Fraction
-from itertools import accumulate
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..decode import GenerationConfig
 from ..errors import SpecDecError
-from ..provenance import git_commit
-from ..llama import depth_layer
 from ..models import LoadedModel, cache_dir, sha256_file
+from ..provenance import git_commit
 from ..serving import ServingEngine, make_scheduler
-from ..serving.engine import Request
-from ..target import Target
-from .prompts import TrainingPrompt, check_contamination, training_prompts
+from . import sources as src
+from .corpus import (FORMAT, HELDOUT, REPO, Stored, corpus_dir, read_manifest, read_shard, totals, verify,
+                     write_manifest, write_shard)
+from .prompts import OVERLAP_THRESHOLD, normalised, overlaps
 
-FORMAT = 1
 SAMPLED_TEMPERATURE = 0.7
-REPO = Path(__file__).resolve().parents[2]
-
-# The hidden states a shard keeps: the union of what every drafter kind trains on, as fractions of the
-# depth L, numbered as `llama.decoder` numbers them (i = the output after i decoder layers, L = after
-# the final norm). Fractions keep `tiny` (L = 2) working; the layers they round to are deduplicated.
-CAPTURE_FRACTIONS = (
-    # The final normed state: what Medusa heads read, and the draft model's distillation target
-    # (logits = h @ embed^T with the tied embeddings, so no logits are stored).
-    Fraction(1),
-    # Low, middle and high layers for the EAGLE-3-style fuse (its paper: layers 2, L/2 and L-3 of 30).
-    Fraction(1, 15), Fraction(1, 2), Fraction(9, 10),
-    # Five evenly spaced interior layers for the block drafter (issue 15: never the final state).
-    Fraction(1, 6), Fraction(2, 6), Fraction(3, 6), Fraction(4, 6), Fraction(5, 6),
-)
-
-
-def capture_layers(num_layers: int) -> tuple[int, ...]:
-    """The CAPTURE_FRACTIONS of a model of `num_layers` layers (`llama.depth_layer`): 2, 5, 10, 15, 20,
-    25, 27, 30 for SmolLM2's 30."""
-    return tuple(sorted({depth_layer(f.numerator, f.denominator, num_layers) for f in CAPTURE_FRACTIONS}))
 
 
 @dataclass(frozen=True)
 class DataConfig:
     model: str = "smollm2-135m"
-    prompts: int = 2048
     max_new_tokens: int = 128
     concurrency: int = 16
     seed: int = 0
-    heldout: float = 0.05  # the share of prompts held out, chosen by a hash of the prompt text
-    shard_size: int = 128  # sequences per shard: what an interrupted run can lose
+    shard_size: int = 64  # sequences per shard: what an interrupted run can lose
+    heldout: float = HELDOUT  # the share of sequences held out (corpus.is_heldout)
+    sources: tuple[str, ...] = tuple(src.MIX)
 
     def validate(self) -> None:
-        available = len(training_prompts(self.seed))
-        if not 1 <= self.prompts <= available:
-            raise SpecDecError(f"prompts must be between 1 and {available} (the training set's size; got {self.prompts})")
         if self.max_new_tokens < 1:
             raise SpecDecError(f"max-new-tokens must be >= 1 (got {self.max_new_tokens})")
         if not 1 <= self.concurrency <= 256:
             raise SpecDecError(f"concurrency must be between 1 and 256 (got {self.concurrency})")
-        if not 0 <= self.heldout < 1:
-            raise SpecDecError(f"heldout must be in [0, 1) (got {self.heldout})")
         if self.shard_size < 1:
             raise SpecDecError(f"shard-size must be >= 1 (got {self.shard_size})")
-
-    def run_key(self, prompt_hash: str) -> str:
-        """The run's folder name: readable settings + a hash of everything that changes the bytes
-        (concurrency and shard size too: they set the batches, hence the rounding)."""
-        blob = json.dumps({**asdict(self), "prompt_set": prompt_hash, "format": FORMAT}, sort_keys=True)
-        digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
-        return f"n{self.prompts}-t{self.max_new_tokens}-s{self.seed}-{digest}"
-
-
-def _unit_hash(text: str) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+        if not 0 <= self.heldout < 1:
+            raise SpecDecError(f"heldout must be in [0, 1) (got {self.heldout})")
+        unknown = sorted(set(self.sources) - set(src.MIX))
+        if unknown or "templates" not in self.sources:
+            raise SpecDecError(f"unknown source {unknown[0]!r}: choose from {', '.join(src.MIX)}" if unknown
+                               else "the sources must include templates (they fill any shortfall)")
 
 
-def is_heldout(prompt: TrainingPrompt, fraction: float) -> bool:
-    """Held out by a hash of the text alone: a prompt is on the same side in every run and every seed,
-    so a drafter trained on one run can be evaluated on another's held-out split."""
-    return _unit_hash(prompt.text) < fraction * 2 ** 64
+def _seed(*parts) -> int:
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "big") >> 1
 
 
-def request_config(config: DataConfig, index: int) -> GenerationConfig:
-    """Prompt `index`'s generation: greedy on even indices, temperature 0.7 on odd ones, and a seed of
-    its own from (run seed, index), so any one response can be regenerated alone."""
+def answer_config(config: DataConfig, g: int) -> GenerationConfig:
+    """The corpus's sequence g: greedy on even g, temperature 0.7 on odd g, a seed of its own."""
     return GenerationConfig(mode="ar", max_new_tokens=config.max_new_tokens,
-                            temperature=0.0 if index % 2 == 0 else SAMPLED_TEMPERATURE,
-                            seed=_unit_hash(f"{config.seed}:{index}") >> 1)
+                            temperature=0.0 if g % 2 == 0 else SAMPLED_TEMPERATURE, seed=_seed(config.seed, g))
 
 
-def prompt_set_hash(prompts: Sequence[TrainingPrompt]) -> str:
-    return hashlib.sha256(json.dumps([asdict(p) for p in prompts], ensure_ascii=False).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    name: str  # "train-00000", "heldout-00000"
-    split: str
-    prompts: tuple[TrainingPrompt, ...]
-
-
-def plan_shards(prompts: Sequence[TrainingPrompt], config: DataConfig) -> list[ShardPlan]:
-    """The run's shards in order: the training prompts in runs of shard_size, then the held-out ones."""
-    plans = []
-    for split in ("train", "heldout"):
-        members = [p for p in prompts if is_heldout(p, config.heldout) == (split == "heldout")]
-        for number, start in enumerate(range(0, len(members), config.shard_size)):
-            plans.append(ShardPlan(f"{split}-{number:05d}", split, tuple(members[start:start + config.shard_size])))
-    return plans
-
-
-# --- one shard ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Sample:
-    prompt: TrainingPrompt
-    ids: list[int]  # prompt (chat template applied) + response
-    prompt_len: int
-    hidden: dict[int, torch.Tensor]  # layer -> (len(ids) - prompt_len + 1, H) float16
-
-
-def respond(lm: LoadedModel, prompts: Sequence[TrainingPrompt], config: DataConfig,
-            on_done: Callable[[TrainingPrompt, Request], None], on_tokens: Callable[[int], None]) -> None:
-    """The target's answers, `config.concurrency` requests in flight: the next prompt is submitted
-    when one finishes (in prompt order, so the batches depend on the prompts and seeds alone)."""
+def respond(lm: LoadedModel, conversations: Sequence[list[dict]], configs: Sequence[GenerationConfig],
+            concurrency: int, on_tokens: Callable[[int], None] = lambda n: None) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, response ids) per conversation, `concurrency` requests in flight on a fresh engine:
+    the next is submitted when one finishes, in order, so the batches depend on the inputs alone."""
     engine = ServingEngine(lm, make_scheduler("fixed"))
-    pending = iter(prompts)
-    owner: dict[int, TrainingPrompt] = {}
-    live: list[Request] = []
+    pending = iter(range(len(conversations)))
+    owner: dict[int, int] = {}
+    live, results = [], {}
 
     def submit() -> None:
-        prompt = next(pending, None)
-        if prompt is None:
+        i = next(pending, None)
+        if i is None:
             return
-        request = engine.submit([{"role": "user", "content": prompt.text}], request_config(config, prompt.index))
+        request = engine.submit(conversations[i], configs[i])
         if request.error:
-            raise SpecDecError(f"training prompt {prompt.index} was refused: {request.error}")
-        owner[request.id] = prompt
+            raise SpecDecError(f"a training prompt was refused: {request.error}")
+        owner[request.id] = i
         live.append(request)
 
-    for _ in range(config.concurrency):
+    for _ in range(concurrency):
         submit()
     counted = 0
     while not engine.idle:
@@ -186,65 +105,9 @@ def respond(lm: LoadedModel, prompts: Sequence[TrainingPrompt], config: DataConf
         for request in finished:
             live.remove(request)
             counted -= len(request.output_ids)
-            on_done(owner.pop(request.id), request)
+            results[owner.pop(request.id)] = (list(request.prompt_ids), list(request.output_ids))
             submit()
-
-
-def capture(target: Target, ids: list[int], prompt_len: int, layers: tuple[int, ...]) -> dict[int, torch.Tensor]:
-    """One plain forward (fresh cache) over prompt + response; {layer: (len(ids) - prompt_len + 1, H)} float16
-    from the last prompt position on. Only the last position goes through the output head."""
-    out = target.forward(target.new_cache(), ids, hidden_layers=layers, last_only=True)
-    return {layer: h[prompt_len - 1:].to(device="cpu", dtype=torch.float16) for layer, h in out.hidden.items()}
-
-
-def shard_tensors(samples: Sequence[Sample], layers: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """The samples (in prompt order) as the shard format's flat tensors (module docstring)."""
-    lengths = [len(s.ids) for s in samples]
-    tensors = {
-        "tokens": torch.tensor([t for s in samples for t in s.ids], dtype=torch.int32),
-        "offsets": torch.tensor([0, *accumulate(lengths)], dtype=torch.int64),
-        "prompt_lens": torch.tensor([s.prompt_len for s in samples], dtype=torch.int32),
-        "prompt_index": torch.tensor([s.prompt.index for s in samples], dtype=torch.int32),
-    }
-    for layer in layers:
-        tensors[f"hidden.{layer}"] = torch.cat([s.hidden[layer] for s in samples]).contiguous()
-    return tensors
-
-
-def make_shard(lm: LoadedModel, plan: ShardPlan, config: DataConfig, folder: Path, bar=None) -> dict:
-    """Generate, capture and write one shard; returns its manifest entry."""
-    layers = capture_layers(lm.model.config.num_hidden_layers)
-    target = Target(lm)
-    samples: dict[int, Sample] = {}
-    start = time.perf_counter()
-    generated = 0
-
-    def on_tokens(n: int) -> None:
-        nonlocal generated
-        generated += n
-        if bar is not None:
-            bar.set_postfix(shard=plan.name, tok_s=f"{generated / (time.perf_counter() - start):.1f}", refresh=False)
-
-    def on_done(prompt: TrainingPrompt, request: Request) -> None:
-        ids = request.prompt_ids + request.output_ids
-        samples[prompt.index] = Sample(prompt, ids, len(request.prompt_ids),
-                                       capture(target, ids, len(request.prompt_ids), layers))
-        if bar is not None:
-            bar.update(1)
-
-    respond(lm, plan.prompts, config, on_done, on_tokens)
-    ordered = [samples[p.index] for p in plan.prompts]
-    path = folder / f"{plan.name}.safetensors"
-    partial = folder / f".{plan.name}.safetensors.partial"
-    # One metadata key only: safetensors writes metadata in hash-map order, and the bytes must repeat.
-    save_file(shard_tensors(ordered, layers), partial, metadata={"format": str(FORMAT)})
-    os.replace(partial, path)  # a shard is either whole or absent
-    response_tokens = sum(len(s.ids) - s.prompt_len for s in ordered)
-    wall_s = time.perf_counter() - start
-    return {"file": path.name, "split": plan.split, "sequences": len(ordered),
-            "prompt_tokens": sum(s.prompt_len for s in ordered), "response_tokens": response_tokens,
-            "bytes": path.stat().st_size, "sha256": sha256_file(path), "wall_s": round(wall_s, 2),
-            "tokens_per_s": round(response_tokens / wall_s, 2)}
+    return [results[i] for i in range(len(conversations))]
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -256,138 +119,225 @@ def machine(lm: LoadedModel) -> dict:
             "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
-def default_folder(config: DataConfig, prompt_hash: str) -> Path:
-    return cache_dir() / "training-data" / config.model / config.run_key(prompt_hash)
+def default_folder(model: str) -> Path:
+    """The real model's corpus is committed (data/<model>); tiny's smoke corpus lives in the cache."""
+    return cache_dir() / "corpus" / model if model == "tiny" else corpus_dir(model)
 
 
-def _write_manifest(folder: Path, manifest: dict) -> None:
-    partial = folder / ".manifest.json.partial"
-    partial.write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
-    os.replace(partial, folder / "manifest.json")
+def fresh_manifest(lm: LoadedModel, config: DataConfig) -> dict:
+    model_config = lm.model.config
+    return {
+        "format": FORMAT,
+        "model": {"name": lm.name, "layers": model_config.num_hidden_layers, "hidden_size": model_config.hidden_size,
+                  "vocab_size": model_config.vocab_size, "dtype": str(lm.dtype).replace("torch.", "")},
+        "config": {**asdict(config), "sources": list(config.sources)},
+        "generation": f"serving engine, plain AR, fixed scheduler, {config.concurrency} requests in flight; sequence g "
+                      f"greedy when g is even, temperature {SAMPLED_TEMPERATURE} when odd; seed sha256('<seed>:<g>')[:8] >> 1. "
+                      f"Self-instruct requests: written by the target at temperature {src.WRITER_TEMPERATURE}, "
+                      f"{src.WRITER_TOKENS} tokens, seed sha256('<seed>:writer:<writer index>')",
+        "sources": {name: {"licence": info.licence, "description": info.description}
+                    for name, info in src.SOURCES.items() if name in config.sources},
+        "mix_per_64": {name: src.MIX[name] for name in config.sources},
+        "heldout": {"fraction": config.heldout, "rule": "sha256(the user turns joined by newlines)[:8] / 2^64 < fraction"},
+        "overlap": {"threshold": OVERLAP_THRESHOLD, "rule": "a prompt sharing >= threshold of its token 3-grams with any "
+                    "user turn of specdec_core/prompts/*.jsonl (or equal to one) is dropped; never an eval set as a source"},
+        "shards": [], "totals": {},
+    }
 
 
-def _manifest_to_continue(folder: Path, fresh: dict, resume: bool) -> dict:
-    """The manifest to continue: a new one, or (with resume) the folder's own if it describes this run."""
-    path = folder / "manifest.json"
-    if not path.exists():
-        return fresh
-    if not resume:
-        raise SpecDecError(f"{folder} already holds a data run: pass --resume to continue it, or remove it")
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise SpecDecError(f"cannot read {path}: {err}")
-    for key in ("format", "config", "model", "prompt_set", "capture_layers"):
-        if manifest.get(key) != fresh[key]:
-            raise SpecDecError(f"{folder} holds a run with another {key.replace('_', ' ')}: resume it with its own "
-                               f"settings, or write this run elsewhere (--out)")
-    return manifest
-
-
-@dataclass
-class DataRun:
-    """A run checked and ready to fill: where it goes, its shards, and its manifest so far."""
-
-    config: DataConfig
-    folder: Path
-    plans: list[ShardPlan]
-    manifest: dict
-
-
-def open_run(lm: LoadedModel, config: DataConfig, out: Path | None = None, resume: bool = False) -> DataRun:
-    """Every check before any work: the settings, the contamination of the prompts (refused when any
-    overlaps an eval prompt), the folder (never inside the repo: training data never enters it) and,
-    with `resume`, that the folder's manifest describes this very run."""
+def open_corpus(lm: LoadedModel, config: DataConfig, out: Path | None, resume: bool) -> tuple[Path, dict]:
+    """Every check before any work: the settings, and an existing corpus's manifest and shards (with
+    `resume`), which must describe this model and these settings."""
     config.validate()
     if lm.name != config.model:
         raise SpecDecError(f"the config is for {config.model}, the loaded model is {lm.name}")
-    prompts = training_prompts(config.seed)[:config.prompts]
-    report = check_contamination([p.text for p in prompts], lm.tokenizer)
-    if not report.ok:
-        raise SpecDecError(report.refusal())
-    prompt_hash = prompt_set_hash(prompts)
-    folder = (out or default_folder(config, prompt_hash)).resolve()
-    if (REPO / ".git").exists() and folder.is_relative_to(REPO):
-        raise SpecDecError(f"{folder} is inside the repository: training data belongs outside it (default: under SPECDEC_CACHE)")
-    model_config = lm.model.config
-    fresh = {
-        "format": FORMAT, "config": asdict(config),
-        "model": {"name": lm.name, "layers": model_config.num_hidden_layers, "hidden_size": model_config.hidden_size,
-                  "vocab_size": model_config.vocab_size, "dtype": str(lm.dtype).replace("torch.", "")},
-        "capture_layers": list(capture_layers(model_config.num_hidden_layers)),
-        "hidden_rows": "sequence i owns 1 + response-length rows; row j = position prompt_len - 1 + j (predicts token prompt_len + j)",
-        "sampling": f"serving engine, plain AR; even prompt index greedy, odd temperature {SAMPLED_TEMPERATURE}; "
-                    "request seed = sha256('<seed>:<index>')[:8] >> 1",
-        "prompt_set": {"sha256": prompt_hash, "seed": config.seed, "used": len(prompts),
-                       "available": len(training_prompts(config.seed))},
-        "heldout": {"fraction": config.heldout, "rule": "sha256(prompt text)[:8] / 2^64 < fraction",
-                    "prompt_indices": [p.index for p in prompts if is_heldout(p, config.heldout)]},
-        "contamination": report.to_dict(),
-        "shards": {}, "sittings": [], "complete": False,
-    }
-    manifest = _manifest_to_continue(folder, fresh, resume)
+    folder = (out or default_folder(config.model)).resolve()
+    fresh = fresh_manifest(lm, config)
+    if (folder / "manifest.json").exists():
+        if not resume:
+            raise SpecDecError(f"{folder} already holds a corpus: pass --resume to grow it")
+        manifest = read_manifest(folder)
+        # Concurrency may differ between sittings (a GPU runs more requests at once): it is recorded per shard.
+        same = lambda m: {**m, "config": {k: v for k, v in m["config"].items() if k != "concurrency"}}  # noqa: E731
+        for key in ("model", "config"):
+            if same(manifest).get(key) != same(fresh)[key]:
+                raise SpecDecError(f"{folder} holds a corpus with another {key}: grow it with its own settings "
+                                   f"({manifest.get(key)}), or write elsewhere (--out)")
+        verify(folder, manifest)
+        return folder, manifest
+    if folder.is_relative_to(REPO) and lm.name == "tiny":
+        raise SpecDecError(f"{folder} is inside the repository: only the real model's corpus is committed")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise SpecDecError(f"cannot create {folder}: {err.strerror or err}")
-    return DataRun(config, folder, plan_shards(prompts, config), manifest)
+    return folder, fresh
 
 
-def fill_run(lm: LoadedModel, run: DataRun, bar=None) -> dict:
-    """Write every shard the run lacks (kept: those whose file matches the manifest's SHA-256) and
-    the manifest after each; returns the completed manifest."""
-    folder, manifest = run.folder, run.manifest
-    sitting = {"machine": machine(lm), "written": [], "wall_s": 0.0}
-    manifest["sittings"].append(sitting)
-    start = time.perf_counter()
-    for plan in run.plans:
-        entry = manifest["shards"].get(plan.name)
-        if entry and (folder / entry["file"]).exists() and sha256_file(folder / entry["file"]) == entry["sha256"]:
-            if bar is not None:
-                bar.update(len(plan.prompts))
+class Filter:
+    """De-duplication against the corpus so far and the overlap rule, with the counts it dropped."""
+
+    def __init__(self, tokenizer, seen: set[str]) -> None:
+        self.tokenizer, self.seen = tokenizer, seen
+        self.dropped = {"duplicate": 0, "overlap": 0, "unclean": 0}
+        self.max_overlap = 0.0
+
+    def keep(self, items: list[src.Item]) -> list[src.Item]:
+        fresh = []
+        for item in items:
+            key = normalised(item.text)
+            if key in self.seen:
+                self.dropped["duplicate"] += 1
+            else:
+                self.seen.add(key)
+                fresh.append(item)
+        kept = []
+        for item, overlap in zip(fresh, overlaps([i.text for i in fresh], self.tokenizer)):
+            if overlap >= OVERLAP_THRESHOLD:
+                self.dropped["overlap"] += 1
+            else:
+                self.max_overlap = max(self.max_overlap, overlap)
+                kept.append(item)
+        return kept
+
+
+class History:
+    """The corpus's sequences so far, read lazily, for the multi-turn source (earlier answers)."""
+
+    def __init__(self, folder: Path, manifest: dict, tokenizer) -> None:
+        self.folder, self.manifest, self.tokenizer = folder, manifest, tokenizer
+        self.loaded: list[src.Earlier] = []
+        self.shards_read = 0
+
+    def __call__(self, j: int) -> src.Earlier | None:
+        while j >= len(self.loaded) and self.shards_read < len(self.manifest["shards"]):
+            entry = self.manifest["shards"][self.shards_read]
+            for i, s in enumerate(read_shard(self.folder / entry["file"])):
+                text = self.tokenizer.decode(s.response, skip_special_tokens=True)
+                self.loaded.append(src.Earlier(s.item, text, f"{Path(entry['file']).stem} #{i}"))
+            self.shards_read += 1
+        return self.loaded[j] if j < len(self.loaded) else None
+
+
+def self_instruct(lm: LoadedModel, config: DataConfig, cursor: int, n: int, keep: Callable) -> tuple[list[src.Item], int]:
+    """The target writes 2n requests (grid cells from `cursor`); the clean, new, non-overlapping ones
+    become prompts (at most n)."""
+    writers, after = src.writer_items(cursor, 2 * n, config.seed)
+    configs = [GenerationConfig(mode="ar", max_new_tokens=src.WRITER_TOKENS, temperature=src.WRITER_TEMPERATURE,
+                                seed=_seed(config.seed, "writer", cursor + i)) for i in range(len(writers))]
+    written = respond(lm, [w.chat() for w in writers], configs, config.concurrency)
+    candidates = []
+    for writer, (_, ids) in zip(writers, written):
+        request = src.clean_request(lm.tokenizer.decode(ids, skip_special_tokens=True))
+        if request is None:
+            keep.dropped["unclean"] += 1
             continue
-        manifest["shards"][plan.name] = make_shard(lm, plan, run.config, folder, bar)
-        sitting["written"].append(plan.name)
-        sitting["wall_s"] = round(time.perf_counter() - start, 2)
-        _write_manifest(folder, manifest)
-    sitting["wall_s"] = round(time.perf_counter() - start, 2)
-    shards = manifest["shards"].values()
-    response_tokens = sum(s["response_tokens"] for s in shards)
-    manifest["totals"] = {
-        "sequences": sum(s["sequences"] for s in shards), "response_tokens": response_tokens,
-        "prompt_tokens": sum(s["prompt_tokens"] for s in shards), "bytes": sum(s["bytes"] for s in shards),
-        "bytes_per_response_token": round(sum(s["bytes"] for s in shards) / max(response_tokens, 1), 1),
-        "generation_wall_s": round(sum(s["wall_s"] for s in shards), 2),
-    }
-    manifest["complete"] = True
-    _write_manifest(folder, manifest)
+        candidates.append(src.Item("self-instruct", writer.ref, writer.task, writer.language, (("user", request),)))
+    return keep.keep(candidates)[:n], after
+
+
+def gather(lm: LoadedModel, config: DataConfig, cursors: dict, history: History, keep: Filter) -> tuple[list[src.Item], dict]:
+    """The shard's prompts by the mix (sources.shard_quota), interleaved by source; the cursors after."""
+    quota = src.shard_quota(config.shard_size, config.sources)
+    cursors = dict(cursors)
+    by_source: dict[str, list[src.Item]] = {}
+    for name in config.sources:
+        if name == "templates":
+            continue
+        want, cursor = quota[name], cursors.get(name, 0)
+        if name == "self-instruct":
+            items, cursor = self_instruct(lm, config, cursor, want, keep)
+        else:
+            items = []
+            while len(items) < want:  # refill what the filter drops, until the source runs dry
+                if name == "multi-turn":
+                    more, after = src.multi_turn_items(cursor, want - len(items), config.seed, history)
+                else:
+                    more, after = {"passages": src.passage_items, "code": src.code_items}[name](cursor, want - len(items), config.seed)
+                if after == cursor:
+                    break
+                items += keep.keep(more)
+                cursor = after
+        by_source[name], cursors[name] = items, cursor
+    want = config.shard_size - sum(len(v) for v in by_source.values())
+    templates, cursor = [], cursors.get("templates", 0)
+    while len(templates) < want:
+        more, after = src.template_items(cursor, want - len(templates), config.seed)
+        if after == cursor:
+            raise SpecDecError("the template prompts are used up: every source has run dry")
+        templates += keep.keep(more)
+        cursor = after
+    by_source["templates"], cursors["templates"] = templates, cursor
+    order = [name for name in src.MIX if name in by_source]
+    queues = {name: list(by_source[name]) for name in order}
+    items = []
+    while any(queues.values()):  # the sources take turns, so any prefix of a shard is a mix
+        for name in order:
+            if queues[name]:
+                items.append(queues[name].pop(0))
+    return items, cursors
+
+
+def make_shard(lm: LoadedModel, config: DataConfig, folder: Path, manifest: dict, history: History, keep: Filter,
+               bar=None) -> dict:
+    """Gather, answer and write the next shard; returns its manifest entry."""
+    number = len(manifest["shards"])
+    start = time.perf_counter()
+    cursors = manifest["shards"][-1]["cursors"] if manifest["shards"] else {}
+    dropped_before = dict(keep.dropped)
+    items, cursors = gather(lm, config, cursors, history, keep)
+    first = sum(e["sequences"] for e in manifest["shards"])
+    configs = [answer_config(config, first + i) for i in range(len(items))]
+    generated = 0
+
+    def on_tokens(n: int) -> None:
+        nonlocal generated
+        generated += n
+        if bar is not None:
+            bar.update(n)
+
+    answers = respond(lm, [item.chat() for item in items], configs, config.concurrency, on_tokens)
+    stored = [Stored(item, prompt + response, len(prompt), c.temperature, c.seed)
+              for item, (prompt, response), c in zip(items, answers, configs)]
+    path = folder / f"shard-{number:05d}.npz"
+    write_shard(path, stored, lm.model.config.vocab_size)
+    wall_s = time.perf_counter() - start
+    response_tokens = sum(len(s.response) for s in stored)
+    counts: dict[str, int] = {}
+    for s in stored:
+        counts[s.item.source] = counts.get(s.item.source, 0) + 1
+    return {"file": path.name, "sequences": len(stored), "prompt_tokens": sum(s.prompt_len for s in stored),
+            "response_tokens": response_tokens, "sources": counts, "cursors": cursors,
+            "dropped": {k: keep.dropped[k] - dropped_before[k] for k in keep.dropped},
+            "max_overlap": round(keep.max_overlap, 4), "concurrency": config.concurrency,
+            "bytes": path.stat().st_size, "sha256": sha256_file(path),
+            "wall_s": round(wall_s, 1), "tokens_per_s": round(response_tokens / wall_s, 1), "machine": machine(lm)}
+
+
+def grow(lm: LoadedModel, config: DataConfig, folder: Path, manifest: dict, shards: int | None = None,
+         until_tokens: int | None = None, bar=None) -> dict:
+    """Append shards (`shards` more, or until the corpus holds `until_tokens` response tokens),
+    writing the manifest after each; returns it."""
+    history = History(folder, manifest, lm.tokenizer)
+    seen = {normalised(s.item.text) for e in manifest["shards"] for s in read_shard(folder / e["file"])}
+    keep = Filter(lm.tokenizer, seen)
+    written = 0
+    while (shards is None or written < shards) and (until_tokens is None or
+                                                     sum(e["response_tokens"] for e in manifest["shards"]) < until_tokens):
+        manifest["shards"].append(make_shard(lm, config, folder, manifest, history, keep, bar))
+        manifest["totals"] = totals(manifest["shards"])
+        write_manifest(folder, manifest)
+        written += 1
     return manifest
 
 
-# --- reading ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Shard:
-    tokens: torch.Tensor  # (T,) int32
-    offsets: torch.Tensor  # (n+1,) int64
-    prompt_lens: torch.Tensor  # (n,) int32
-    prompt_index: torch.Tensor  # (n,) int32
-    hidden: dict[int, torch.Tensor]  # layer -> (rows, H) float16
-
-    def __len__(self) -> int:
-        return len(self.prompt_lens)
-
-    def sequence(self, i: int) -> tuple[list[int], int, dict[int, torch.Tensor]]:
-        """(prompt + response ids, prompt length, {layer: (1 + response length, H)}) of sequence i."""
-        lengths = self.offsets[1:] - self.offsets[:-1]
-        rows = torch.cumsum(lengths - self.prompt_lens + 1, 0)  # (n,): where each sequence's rows end
-        first = int(rows[i - 1]) if i else 0
-        ids = self.tokens[self.offsets[i]:self.offsets[i + 1]].tolist()
-        return ids, int(self.prompt_lens[i]), {layer: h[first:int(rows[i])] for layer, h in self.hidden.items()}
-
-
-def read_shard(path: Path) -> Shard:
-    tensors = load_file(path)
-    hidden = {int(name.split(".", 1)[1]): t for name, t in tensors.items() if name.startswith("hidden.")}
-    return Shard(tensors["tokens"], tensors["offsets"], tensors["prompt_lens"], tensors["prompt_index"], hidden)
+def regenerate(lm: LoadedModel, folder: Path, manifest: dict, number: int) -> list[Stored]:
+    """Shard `number`'s sequences answered again from its own records, seeds and temperatures (no
+    source needed): equal to the committed shard on the same machine, kernels and thread count."""
+    config = DataConfig(**{**manifest["config"], "sources": tuple(manifest["config"]["sources"])})
+    stored = read_shard(folder / manifest["shards"][number]["file"])
+    configs = [GenerationConfig(mode="ar", max_new_tokens=config.max_new_tokens, temperature=s.temperature, seed=s.seed)
+               for s in stored]
+    concurrency = manifest["shards"][number].get("concurrency", config.concurrency)
+    answers = respond(lm, [s.item.chat() for s in stored], configs, concurrency)
+    return [Stored(s.item, p + r, len(p), s.temperature, s.seed) for s, (p, r) in zip(stored, answers)]

@@ -429,36 +429,53 @@ class ContaminationReport:
         return asdict(self)
 
 
-def _normalised(text: str) -> str:
+def normalised(text: str) -> str:
+    """A text up to case and spacing: what counts as "the same prompt"."""
     return " ".join(text.split()).casefold()
 
 
-def check_contamination(texts: Sequence[str], tokenizer, eval_dir: Path = EVAL_DIR,
-                        threshold: float = OVERLAP_THRESHOLD) -> ContaminationReport:
-    """Compare every training text with every user turn of `eval_dir/*.jsonl` (multi-turn prompts: each
-    turn) by `trigram_overlap` over the tokenizer's plain tokens (no chat template, no special tokens);
-    an identical text (up to case and spacing) counts as overlap 1."""
+@functools.lru_cache(maxsize=4)
+def _eval_turns(tokenizer, eval_dir: Path) -> tuple[tuple[str, str, str, frozenset], ...]:
+    """(where, text, normalised text, 3-grams) of every user turn of `eval_dir/*.jsonl`."""
     files = sorted(eval_dir.glob("*.jsonl"))
     if not files:
         raise SpecDecError(f"no eval prompt files (*.jsonl) in {eval_dir}")
     turns = [(f"{path.name}:{case.id} turn {t + 1}", text) for path in files for case in load_prompts(path)
              for t, text in enumerate(case.turns)]
+    ids = tokenizer([t for _, t in turns], add_special_tokens=False)["input_ids"]
+    return tuple((where, text, normalised(text), frozenset(trigrams(i))) for (where, text), i in zip(turns, ids))
 
-    def tokens(batch: Sequence[str]) -> list[list[int]]:
-        return tokenizer(list(batch), add_special_tokens=False)["input_ids"]
 
-    held = [(source, text, _normalised(text), trigrams(ids)) for (source, text), ids in zip(turns, tokens([t for _, t in turns]))]
-    worst, worst_pair, flagged = 0.0, ("", ("", "")), 0
-    for text, ids in zip(texts, tokens(texts)):
-        grams, norm = trigrams(ids), _normalised(text)
-        best, partner = 0.0, ("", "")
-        for source, eval_text, eval_norm, eval_grams in held:
+def closest(texts: Sequence[str], tokenizer, eval_dir: Path = EVAL_DIR) -> list[tuple[float, str, str]]:
+    """(overlap, where, eval text) of each text's closest eval user turn: `trigram_overlap` over the
+    tokenizer's plain tokens (no chat template, no special tokens); an identical text (up to case and
+    spacing) counts as overlap 1."""
+    held = _eval_turns(tokenizer, eval_dir)
+    out = []
+    for text, ids in zip(texts, tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []):
+        grams, norm = trigrams(ids), normalised(text)
+        best = (0.0, "", "")
+        for where, eval_text, eval_norm, eval_grams in held:
             overlap = 1.0 if norm == eval_norm else trigram_overlap(grams, eval_grams)
-            if overlap > best:
-                best, partner = overlap, (source, eval_text)
-        flagged += best >= threshold
-        if best > worst:
-            worst, worst_pair = best, (text, partner)
-    text, (source, eval_text) = worst_pair
-    return ContaminationReport(threshold, len(texts), [f.name for f in files], len(held), len(texts) * len(held),
-                               worst, text, source, eval_text, flagged)
+            if overlap > best[0]:
+                best = (overlap, where, eval_text)
+        out.append(best)
+    return out
+
+
+def overlaps(texts: Sequence[str], tokenizer, eval_dir: Path = EVAL_DIR) -> list[float]:
+    """Each text's largest overlap with an eval prompt's user turn (`closest`)."""
+    return [o for o, _, _ in closest(texts, tokenizer, eval_dir)]
+
+
+def check_contamination(texts: Sequence[str], tokenizer, eval_dir: Path = EVAL_DIR,
+                        threshold: float = OVERLAP_THRESHOLD) -> ContaminationReport:
+    """Compare every training text with every user turn of `eval_dir/*.jsonl` (multi-turn prompts: each
+    turn) by `closest`; the report counts those at or above `threshold`."""
+    found = closest(texts, tokenizer, eval_dir)
+    worst = max(range(len(found)), key=lambda i: found[i][0], default=None)
+    overlap, where, eval_text = found[worst] if worst is not None else (0.0, "", "")
+    held = len(_eval_turns(tokenizer, eval_dir))
+    return ContaminationReport(threshold, len(texts), sorted(p.name for p in eval_dir.glob("*.jsonl")), held,
+                               len(texts) * held, overlap, texts[worst] if worst is not None and overlap > 0 else "",
+                               where, eval_text, sum(o >= threshold for o, _, _ in found))

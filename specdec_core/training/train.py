@@ -22,10 +22,11 @@ from pathlib import Path
 import torch
 
 from ..drafters import ReducedVocab
-from ..drafters.weights import WEIGHTS_DIR, save_state, seeded_vocab
+from ..drafters.weights import WEIGHTS_DIR, entry, load_module, save_state, seeded_vocab
 from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
-from .batches import Sequence, batch_at, load_split, make_batch, read_manifest
+from .batches import Sequence, batch_at, load_splits, make_batch
+from .corpus import load_corpus
 from .kinds import KINDS, layers_needed
 from .objectives import acceptance, survival_summary, walked_survival, walked_tau
 from .vocab import choose_vocab
@@ -35,7 +36,8 @@ from .vocab import choose_vocab
 class TrainConfig:
     kind: str
     model: str = "smollm2-135m"
-    data: str = ""  # the data run folder
+    data: str = ""  # the corpus folder
+    data_shards: int = 0  # its first N shards (fixed when the run starts: the corpus may grow meanwhile)
     steps: int = 1200
     batch_size: int = 8  # sequences (each up to 129 rows)
     lr: float = 1e-3
@@ -45,6 +47,7 @@ class TrainConfig:
     vocab: int = 0  # reduced vocabulary size N (0: measured, training/vocab.py)
     seed: int = 0
     checkpoint_every: int = 100
+    init: str = ""  # warm start: "" from scratch, "shipped" from the repository's weights, or a weights folder
 
     def validate(self) -> None:
         if self.kind not in KINDS:
@@ -101,6 +104,23 @@ class TrainRun:
     log: list[dict]
     vocab_report: dict
     wall_s: float
+    history: list[dict]  # the sittings of the weights this run started from (warm start), oldest first
+
+
+def init_root(config: TrainConfig) -> Path | None:
+    return None if config.init == "shipped" else Path(config.init)
+
+
+def warm_start(config: TrainConfig, lm: LoadedModel) -> tuple[torch.nn.Module, dict]:
+    """The weights `config.init` names (float32, trainable) and their manifest entry: the next
+    sitting of a drafter continues from what ships instead of starting over."""
+    module = load_module(lm.name, config.kind, KINDS[config.kind].cls, init_root(config)).float()
+    return module, entry(lm.name, config.kind, init_root(config))
+
+
+def optimizer_file(model: str, kind: str, weights_sha256: str) -> Path:
+    """Where the optimizer state of exported weights waits for the next warm start (never in the repo)."""
+    return cache_dir() / "optimizer-state" / model / f"{kind}-{weights_sha256[:16]}.pt"
 
 
 def open_training(lm: LoadedModel, config: TrainConfig, train: list[Sequence], heldout: list[Sequence],
@@ -109,22 +129,41 @@ def open_training(lm: LoadedModel, config: TrainConfig, train: list[Sequence], h
     checkpoint = folder / "checkpoint.pt"
     if checkpoint.exists() and not resume:
         raise SpecDecError(f"{folder} already holds this run: pass --resume to continue it, or remove it")
+    optimizer_state, history = None, []
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False, map_location=lm.device)
         if state["config"] != asdict(config):
             raise SpecDecError(f"{checkpoint} was written with other settings: resume it with its own")
-        vocab_ids, report = state["vocab_ids"], state["vocab_report"]
+        module = build_module(config, lm, state["vocab_ids"]) if not config.init else warm_start(config, lm)[0]
+        module.load_state_dict(state["module"])
+        report, optimizer_state, history = state["vocab_report"], state["optimizer"], state.get("history", [])
+    elif config.init:
+        module, start = warm_start(config, lm)
+        card = start["card"]
+        report, history = card["vocab"], card.get("history") or [sitting_of(card)]
+        saved = optimizer_file(lm.name, config.kind, start["sha256"])
+        if saved.exists():  # the previous sitting's Adam moments, when this machine has them
+            optimizer_state = torch.load(saved, weights_only=False, map_location=lm.device)
     else:
         vocab_ids, report = measure_vocab(config, lm, train, heldout)
-        state = None
-    module = build_module(config, lm, vocab_ids).to(lm.device)
+        module = build_module(config, lm, vocab_ids)
+    module = module.to(lm.device)
     optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=0.0)
-    run = TrainRun(config, folder, module, ReducedVocab(vocab_ids, lm.model.lm_head.weight), optimizer, 0, [], report, 0.0)
-    if state is not None:
-        module.load_state_dict(state["module"])
-        optimizer.load_state_dict(state["optimizer"])
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    run = TrainRun(config, folder, module, ReducedVocab(module.vocab_ids, lm.model.lm_head.weight), optimizer, 0, [],
+                   report, 0.0, history)
+    if checkpoint.exists():
         run.step, run.log, run.wall_s = state["step"], state["log"], state["wall_s"]
     return run
+
+
+def sitting_of(card: dict) -> dict:
+    """A model card's own run as one entry of the history (cards written before the history existed)."""
+    data = card.get("data", {})
+    return {"steps": card.get("steps"), "tokens_seen": card.get("tokens_seen"), "wall_s": card.get("wall_s"),
+            "batch_size": card.get("train_config", {}).get("batch_size"), "data": data.get("folder"),
+            "response_tokens": data.get("response_tokens"), "hardware": card.get("hardware")}
 
 
 def save_checkpoint(run: TrainRun) -> None:
@@ -132,7 +171,7 @@ def save_checkpoint(run: TrainRun) -> None:
     partial = run.folder / "checkpoint.pt.partial"
     torch.save({"config": asdict(run.config), "module": run.module.state_dict(), "optimizer": run.optimizer.state_dict(),
                 "step": run.step, "log": run.log, "wall_s": run.wall_s, "vocab_ids": run.module.vocab_ids.clone(),
-                "vocab_report": run.vocab_report}, partial)
+                "vocab_report": run.vocab_report, "history": run.history}, partial)
     os.replace(partial, run.folder / "checkpoint.pt")
 
 
@@ -158,7 +197,8 @@ def train_steps(lm: LoadedModel, run: TrainRun, train: list[Sequence], stop_afte
         run.step += 1
         loss = float(loss.detach())
         run.wall_s += time.perf_counter() - start
-        run.log.append({"step": run.step, "loss": round(loss, 5), "top1": [round(a, 4) for a in agreement]})
+        run.log.append({"step": run.step, "loss": round(loss, 5), "top1": [round(a, 4) for a in agreement],
+                        "rows": int(batch.rows.sum())})
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", top1="/".join(f"{a:.2f}" for a in agreement[:4]), refresh=False)
@@ -198,18 +238,27 @@ def export(lm: LoadedModel, run: TrainRun, data_manifest: dict, offline: dict, r
     """Write the fp16 weights, their manifest entry and the model card (markdown beside the weights)."""
     tensors = {name: (t.half() if t.is_floating_point() else t).cpu() for name, t in run.module.state_dict().items()}
     totals = data_manifest.get("totals", {})
+    shards = data_manifest.get("shards", [])
+    tokens_seen = sum(entry.get("rows", 0) for entry in run.log)
+    sitting = {"steps": run.step, "tokens_seen": tokens_seen, "wall_s": round(run.wall_s, 1),
+               "batch_size": run.config.batch_size, "data": Path(run.config.data).name,
+               "response_tokens": totals.get("response_tokens"), "init": run.config.init or "scratch",
+               "hardware": f"{platform.machine()} {os.cpu_count()} CPU threads, torch {torch.__version__}, "
+                           f"{torch.get_num_threads()} torch threads", "date": time.strftime("%Y-%m-%d")}
+    history = [*run.history, sitting]
     card = {
         "kind": run.config.kind, "target": lm.name,
         "train_config": {**asdict(run.config), "data": Path(run.config.data).name},  # no local paths
-        "data": {"folder": Path(run.config.data).name, "sequences": totals.get("sequences"),
-                 "response_tokens": totals.get("response_tokens"),
-                 "sources": "the target's own answers (self-distillation) to the lab's template prompts "
-                            "(specdec_core/training/prompts.py, written for this project, same licence as the repo); "
-                            "no external dataset",
-                 "contamination": data_manifest.get("contamination", {})},
-        "vocab": run.vocab_report, "steps": run.step, "wall_s": round(run.wall_s, 1),
-        "hardware": f"{platform.machine()} {os.cpu_count()} CPU threads, torch {torch.__version__}, "
-                    f"{torch.get_num_threads()} torch threads",
+        "data": {"folder": Path(run.config.data).name, "shards": len(shards), "sequences": totals.get("sequences"),
+                 "response_tokens": totals.get("response_tokens"), "sources": totals.get("sources", {}),
+                 "licences": {name: info["licence"] for name, info in data_manifest.get("sources", {}).items()},
+                 "overlap": {"threshold": data_manifest.get("overlap", {}).get("threshold"),
+                             "max_overlap": max((e.get("max_overlap", 0.0) for e in shards), default=0.0),
+                             "dropped": sum(e.get("dropped", {}).get("overlap", 0) for e in shards)}},
+        "vocab": run.vocab_report, "steps": run.step, "tokens_seen": tokens_seen, "wall_s": round(run.wall_s, 1),
+        "hardware": sitting["hardware"], "history": history,
+        "total": {"steps": sum(h.get("steps") or 0 for h in history), "tokens_seen": sum(h.get("tokens_seen") or 0 for h in history),
+                  "wall_s": round(sum(h.get("wall_s") or 0 for h in history), 1), "sittings": len(history)},
         "final_loss": run.log[-1]["loss"] if run.log else None, "offline_heldout": offline,
     }
     if calibration is not None:
@@ -217,20 +266,27 @@ def export(lm: LoadedModel, run: TrainRun, data_manifest: dict, offline: dict, r
     config = dict(run.module.config)
     path = save_state(lm.name, run.config.kind, tensors, config, card, root)
     (path.parent / f"{run.config.kind}.md").write_text(model_card(card), encoding="utf-8")
+    saved = optimizer_file(lm.name, run.config.kind, entry(lm.name, run.config.kind, root)["sha256"])
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(run.optimizer.state_dict(), saved)  # for the next sitting's warm start (--init)
     return path
 
 
 def model_card(card: dict) -> str:
     off = card["offline_heldout"]
     lines = [f"# `{card['kind']}` drafter for {card['target']}", "",
-             f"- Data: {card['data']['sequences']} sequences, {card['data']['response_tokens']} response tokens "
-             f"({card['data']['folder']}); {card['data']['sources']}.",
-             f"- Contamination check: max 3-gram overlap with any eval prompt "
-             f"{card['data']['contamination'].get('max_overlap', float('nan')):.0%} "
-             f"(limit {card['data']['contamination'].get('threshold', float('nan')):.0%}).",
+             f"- Data: {card['data']['sequences']} sequences, {card['data']['response_tokens']} response tokens, the "
+             f"target's own answers (self-distillation) from the corpus {card['data']['folder']} "
+             f"({card['data']['shards']} shards), no external dataset. Prompts by source: "
+             + ", ".join(f"{name} {count} ({card['data']['licences'].get(name, '?')})"
+                         for name, count in card['data']['sources'].items()) + ".",
+             f"- Overlap check: max 3-gram overlap with any eval prompt {card['data']['overlap']['max_overlap']:.0%} "
+             f"(limit {card['data']['overlap']['threshold']:.0%}; {card['data']['overlap']['dropped']} prompts dropped).",
              f"- Reduced vocabulary: N = {card['vocab']['N']} ({card['vocab']['rule']}).",
-             f"- Training: {card['steps']} steps, {card['wall_s'] / 60:.1f} min on {card['hardware']}; "
-             f"settings {json.dumps(card['train_config'])}.",
+             f"- Training: {card['steps']} steps ({card['tokens_seen']} tokens seen), {card['wall_s'] / 60:.1f} min on "
+             f"{card['hardware']}; settings {json.dumps(card['train_config'])}.",
+             f"- In all, over {card['total']['sittings']} sitting(s): {card['total']['steps']} steps, "
+             f"{card['total']['tokens_seen']} tokens seen, {card['total']['wall_s'] / 60:.1f} min.",
              "", "Offline, held-out, greedy sequences (teacher-forced):", "",
              "| i | survival s_i | conditional a_i |", "|---|---|---|"]
     g = off["greedy"]
@@ -264,13 +320,16 @@ def weights_root(lm: LoadedModel, run: TrainRun) -> Path | None:
     return None if lm.name != "tiny" else run.folder / "weights"
 
 
-def load_data(lm: LoadedModel, folder: Path, kind: str, limit: int | None = None) -> tuple[list[Sequence], list[Sequence], dict]:
-    layers = layers_needed(kind, lm)
-    manifest = read_manifest(folder)
-    if manifest.get("model", {}).get("name") != lm.name:
-        raise SpecDecError(f"{folder} holds data of {manifest.get('model', {}).get('name')}, not {lm.name}")
-    return (load_split(folder, manifest, "train", layers, limit), load_split(folder, manifest, "heldout", layers, limit),
-            manifest)
+def load_data(lm: LoadedModel, folder: Path, kind: str, features: str = "cache", shards: int = 0,
+              on_sequence=lambda n: None) -> tuple[list[Sequence], list[Sequence], dict]:
+    """The corpus of `folder` (its first `shards` shards; 0: all), verified, split into train and
+    held-out sequences with the states the kind trains on (`features`: "cache" or "online",
+    features.py); the manifest returned lists the shards used."""
+    corpus = load_corpus(folder, shards=shards)
+    if corpus.manifest["model"]["name"] != lm.name:
+        raise SpecDecError(f"{folder} holds a corpus of {corpus.manifest['model']['name']}, not {lm.name}")
+    train, heldout = load_splits(lm, corpus, layers_needed(kind, lm), features, on_sequence)
+    return train, heldout, corpus.manifest
 
 
 __all__ = ["KINDS", "TrainConfig", "layers_needed", "TrainRun", "WEIGHTS_DIR", "evaluate", "export", "load_data", "open_training",

@@ -1,0 +1,75 @@
+"""The target's hidden states for training, computed from the corpus's token ids.
+
+The corpus stores token ids only (corpus.py); every drafter but `draft` trains on the target's
+states (Medusa heads on the final one, EAGLE on three fused layers, the block drafter on five). Two
+ways to get them, measured in BENCHMARKS §11 and both kept, because they trade disk for compute:
+- `cache`: one plain forward per sequence, once, into a local file per shard and layer under
+  SPECDEC_CACHE/features (float16); every epoch after the first reads it back. A fresh clone rebuilds
+  it from the committed ids (never by regenerating text).
+- `online`: the same forward inside each training step, under no_grad: no disk, but it is paid again
+  every epoch.
+Both go through `capture` — one sequence per forward, rounded to float16 — so they give the same
+numbers bit for bit and a run may switch between them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..models import LoadedModel, cache_dir
+from ..target import Target
+from .corpus import Corpus
+
+MODES = ("cache", "online")
+
+
+def capture(target: Target, ids: list[int], prompt_len: int, layers: tuple[int, ...]) -> dict[int, torch.Tensor]:
+    """One plain forward (fresh cache) over prompt + response: {layer: (len(ids) - prompt_len + 1, H)}
+    float16 from the last prompt position on (row j predicts token prompt_len + j; the last row, at the
+    final response token, predicts nothing but is the feature EAGLE regresses to). Only the last
+    position goes through the output head."""
+    out = target.forward(target.new_cache(), ids, hidden_layers=layers, last_only=True)
+    return {layer: h[prompt_len - 1:].to(device="cpu", dtype=torch.float16) for layer, h in out.hidden.items()}
+
+
+def online(target: Target, ids: list[int], prompt_len: int, layers: tuple[int, ...]) -> Callable[[], dict[int, torch.Tensor]]:
+    """The states of one sequence, computed when a batch needs them (nothing kept)."""
+    return lambda: capture(target, ids, prompt_len, layers)
+
+
+def _file(model: str, sha256: str, layer: int) -> Path:
+    return cache_dir() / "features" / model / f"{sha256[:20]}.L{layer}.safetensors"
+
+
+def cached(lm: LoadedModel, corpus: Corpus, layers: tuple[int, ...],
+           on_sequence: Callable[[int], None] = lambda n: None) -> list[dict[int, torch.Tensor]]:
+    """Per sequence of `corpus`, {layer: (rows, H) float16}, read from the feature cache; the shards
+    or layers it lacks are computed first (one forward per sequence, every missing layer at once) and
+    written, keyed by the shard's SHA-256."""
+    target = Target(lm)
+    out: list[dict[int, torch.Tensor]] = []
+    first = 0
+    for entry in corpus.manifest["shards"]:
+        count = entry["sequences"]
+        stored = corpus.sequences[first:first + count]
+        missing = tuple(layer for layer in layers if not _file(lm.name, entry["sha256"], layer).exists())
+        if missing:
+            rows = [capture(target, s.ids, s.prompt_len, missing) for s in stored]
+            for layer in missing:
+                path = _file(lm.name, entry["sha256"], layer)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial = path.with_name(f".{path.name}.partial")
+                save_file({"hidden": torch.cat([r[layer] for r in rows]).contiguous()}, partial)
+                partial.replace(path)
+        tensors = {layer: load_file(_file(lm.name, entry["sha256"], layer))["hidden"] for layer in layers}
+        start = 0
+        for s in stored:
+            n = len(s.ids) - s.prompt_len + 1
+            out.append({layer: h[start:start + n] for layer, h in tensors.items()})
+            start += n
+        first += count
+        on_sequence(count)
+    return out
