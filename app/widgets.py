@@ -1,5 +1,5 @@
 """Widgets the pages share: choice widgets with translated labels that survive a language switch, the
-drafter choice, and the empty-prompt hint."""
+drafter choice with its model card, and the empty-prompt hint."""
 from __future__ import annotations
 
 import streamlit as st
@@ -48,6 +48,17 @@ def drafter_options(first: str) -> tuple[str, ...]:
 
 def drafter_label(name: str) -> str:
     return t(f"drafter_{name.replace('-', '_')}")
+
+
+def drafter_card(where, drafter: str, model: str = "smollm2-135m") -> None:
+    """A trained drafter's model card (how its shipped weights were made: data, sources, steps across
+    sittings, offline acceptance) in an expander under the picker; nothing for drafters without weights."""
+    from specdec_core.drafters.weights import WEIGHTS_DIR
+
+    card = WEIGHTS_DIR / model / f"{drafter}.md"
+    if card.is_file():
+        with where.expander(t("model_card")):
+            st.markdown(card.read_text(encoding="utf-8"))
 
 
 def prompt_hint(prompt: str) -> bool:

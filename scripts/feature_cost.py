@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     from specdec_core.models import load_model
+    from specdec_core.provenance import cpu_name, git_commit
     from specdec_core.training import features
     from specdec_core.training.batches import batch_at, load_splits
     from specdec_core.training.corpus import corpus_dir, load_corpus
@@ -39,9 +40,11 @@ def main() -> None:
     corpus = load_corpus(corpus_dir(lm.name), shards=args.shards)
     scratch = Path(tempfile.mkdtemp(prefix="feature-cost-"))
     real_cache_dir = features.cache_dir
-    result = {"corpus_shards": args.shards, "sequences": len(corpus.sequences),
+    result = {"environment": {"commit": git_commit(), "processor": cpu_name(), "date": time.strftime("%Y-%m-%d"),
+                              "torch_threads": torch.get_num_threads()},
+              "corpus_shards": args.shards, "sequences": len(corpus.sequences),
               "response_tokens": corpus.manifest["totals"]["response_tokens"], "batch_size": args.batch_size,
-              "threads": torch.get_num_threads(), "kinds": {}}
+              "kinds": {}}
     for kind in args.kinds.split(","):
         layers = layers_needed(kind, lm)
         features.cache_dir = lambda: scratch / kind  # a cold feature cache per kind: the build is measured

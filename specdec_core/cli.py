@@ -170,6 +170,23 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--out", type=Path, help="the run folder (default: SPECDEC_CACHE/training-runs/MODEL/KIND-HASH)")
     td.add_argument("--device", default="auto")
 
+    tc = sub.add_parser("train-curve", help="the scaling curve: a drafter trained at several data sizes (and on the "
+                                            "templates alone), scored on the target's answers to real prompts")
+    tc.add_argument("--kind", default="heads", help="the drafter kind (default heads: the cheapest)")
+    tc.add_argument("--sizes", default="25000,50000,100000,200000", help="response tokens per point, comma-separated")
+    tc.add_argument("--templates-size", type=int, help="one point on the templates alone, this many tokens (default: the smallest size)")
+    tc.add_argument("--steps", type=int, default=600, help="steps per point, the same for every point (default 600)")
+    tc.add_argument("--batch-size", type=int, default=8)
+    tc.add_argument("--lr", type=float, default=1e-3)
+    tc.add_argument("--prompts", type=Path, default=Path("specdec_core/prompts/suite.jsonl"), metavar="FILE")
+    tc.add_argument("--categories", default="chat,qa,story")
+    tc.add_argument("--k", type=int, default=4)
+    tc.add_argument("--max-new-tokens", type=int, default=64)
+    tc.add_argument("--data", type=Path, help="the corpus folder (default: the committed data/MODEL)")
+    tc.add_argument("--model", default="smollm2-135m")
+    tc.add_argument("--device", default="auto")
+    tc.add_argument("--out", type=Path, required=True, help="the curve's JSON (points already in it are kept)")
+
     ed = sub.add_parser("eval-draft", help="offline per-position acceptance of a trained drafter on held-out data")
     ed.add_argument("--kind", required=True, help="the trained drafter to evaluate: draft, heads, eagle, block or block-parallel")
     ed.add_argument("--model", default="smollm2-135m")
@@ -266,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "eval-draft":
             from .training.cli import run_eval_draft_command
             run_eval_draft_command(args)
+        elif args.command == "train-curve":
+            from .training.cli import run_train_curve_command
+            run_train_curve_command(args)
         elif args.command == "prepare":
             cmd_prepare(args)
     except SpecDecError as err:

@@ -999,3 +999,14 @@ def test_a_model_that_cannot_load_shows_an_error_not_a_traceback(monkeypatch):
     assert any("Could not load the model" in e.value for e in at.error)
     at = open_page("lab", "en")
     assert any("Could not load the model" in e.value for e in at.error)
+
+
+def test_a_trained_drafter_shows_its_model_card_beside_the_picker():
+    """The model card of the shipped weights opens from the drafter picker; a drafter without weights has none."""
+    en = _strings("en")
+    at = open_page("lab", "en")
+    ok(at.selectbox(key="lab_drafter").set_value("ngram").run())
+    assert not [e for e in at.expander if e.label == en["model_card"]]
+    ok(at.selectbox(key="lab_drafter").set_value("eagle").run())
+    cards = [e for e in at.expander if e.label == en["model_card"]]
+    assert len(cards) == 1 and "`eagle` drafter for smollm2-135m" in " ".join(m.value for m in cards[0].markdown)

@@ -481,3 +481,33 @@ def test_bench_runs_hf_assisted_with_the_draft_lm_and_records_it(capsys, tmp_pat
         assert summary[mode]["identical_to_ar"] == "1/1", mode
     assert summary["hf:assisted"]["assistant"].startswith("draft: 2-layer")
     assert summary["spec:draft"]["assistant"] is None
+
+
+def test_train_curve_trains_each_point_once_and_keeps_the_points_it_has(smoke_runs, monkeypatch, tmp_path, capsys):
+    """`train-curve` on tiny: prefixes of the corpus and a templates-only point, scored on the answers to
+    real prompts; a second run with more sizes trains only the new point."""
+    from specdec_core.training.corpus import load_corpus
+
+    cache, _ = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    corpus = cache / "corpus" / "tiny" / "smoke"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "category": "chat", "prompt": "Say something about rivers."}\n')
+    out = tmp_path / "curve.json"
+    argv = ["train-curve", "--model", "tiny", "--data", str(corpus), "--steps", "3", "--prompts", str(prompts),
+            "--categories", "chat", "--max-new-tokens", "8", "--out", str(out)]
+    assert main([*argv, "--sizes", "40,80"]) == 0
+    first = json.loads(out.read_text())
+    assert sorted(first["points"]) == ["all-40", "all-80", "templates-40"]
+    small, large = first["points"]["all-40"], first["points"]["all-80"]
+    assert 0 < small["response_tokens"] < large["response_tokens"]
+    assert set(small["categories"]) == {"chat"} and 0 <= small["categories"]["chat"]["s1"] <= 1
+    templates = load_corpus(corpus, tokens=40, sources=("templates",))
+    assert {s.item.source for s in templates.sequences} == {"templates"}
+    assert main([*argv, "--sizes", "40,80,120"]) == 0
+    second = json.loads(out.read_text())
+    assert sorted(second["points"]) == ["all-120", "all-40", "all-80", "templates-40"]
+    assert all(second["points"][name] == first["points"][name] for name in first["points"])  # kept, not retrained
+    capsys.readouterr()
+    assert main([*argv, "--sizes", "40", "--steps", "4"]) == 2
+    assert "other settings" in capsys.readouterr().err

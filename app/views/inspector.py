@@ -35,6 +35,7 @@ else:
     prompt = st.text_area(t("race_prompt"), key="insp_prompt", height=80)
     c = st.columns(5)
     drafter = widgets.selectbox(c[0], t("drafter"), widgets.drafter_options("sim"), "insp_drafter", widgets.drafter_label)
+    widgets.drafter_card(c[0], drafter)
     k = c[1].slider("k", 1, 16, 4, key="insp_k", help=t("k_help"))
     temperature = c[2].slider(t("temperature"), 0.0, 1.5, 0.8, 0.05, key="insp_temp", help=t("temperature_help"))
     hit_rate = c[3].slider(t("hit_rate"), 0.0, 1.0, 0.6, 0.05, key="insp_hit", help=t("hit_rate_help"),

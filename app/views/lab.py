@@ -25,6 +25,7 @@ categories = sorted(prompts)
 # ------------------------------------------------------------------ settings
 c = st.columns(4)
 drafter = widgets.selectbox(c[0], t("drafter"), widgets.drafter_options("sim"), "lab_drafter", widgets.drafter_label)
+widgets.drafter_card(c[0], drafter)
 category = c[1].selectbox(t("lab_category"), categories, key="lab_category")
 temperature = c[2].slider(t("temperature"), 0.0, 1.5, 0.0, 0.05, key="lab_temp", help=t("temperature_help"))
 max_new = c[3].slider(t("max_new_tokens"), 16, 96, 32, 8, key="lab_max_new")

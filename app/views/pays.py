@@ -92,6 +92,7 @@ def forward_time_section() -> None:
     max_tokens = max(r["tokens"] for r in rows)
     c = st.columns(3)
     drafter = widgets.selectbox(c[0], t("drafter"), widgets.drafter_options("ngram"), "pays_drafter", widgets.drafter_label)
+    widgets.drafter_card(c[0], drafter)
     alpha = c[1].slider("α", 0.0, 0.99, 0.7, 0.01, key="pays_alpha", help=t("lab_alpha_help"))
     k = c[2].slider("k", 1, max(1, max_tokens - 1), min(4, max(1, max_tokens - 1)), key="pays_k",
                     help=t("pays_k_help", max=max_tokens - 1), disabled=max_tokens < 2)

@@ -58,6 +58,7 @@ else:
     c1, c2, c3, c4, c5 = st.columns(5)
     max_new = c1.slider(t("max_new_tokens"), 8, 128, 64, 8, key="race_max_new")
     drafter = widgets.selectbox(c2, t("drafter"), widgets.drafter_options("ngram"), "race_drafter", widgets.drafter_label)
+    widgets.drafter_card(c2, drafter)
     k = c3.slider("k", 1, 8, 4, key="race_k", help=t("k_help"))
     window = c4.slider(t("window"), 4, 32, 16, 4, key="race_window", help=t("window_help"))
     quant_weights = widgets.selectbox(c5, t("race_quant_lane"), ("none", "int8", "int4"), "race_quant_weights",

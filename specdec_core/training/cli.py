@@ -79,10 +79,12 @@ def run_train_draft_command(args) -> None:
     config.validate()
     lm = load_model(model, args.device, "float32")
     folder = data_folder(args, lm)
-    shards = args.data_shards or len(prefix(read_manifest(folder), args.data_tokens or 0))
-    config = TrainConfig(**{**config.__dict__, "data": str(folder), "data_shards": shards})
+    tokens = args.data_tokens or 0
+    shards = args.data_shards or len(prefix(read_manifest(folder), tokens))
+    config = TrainConfig(**{**config.__dict__, "data": str(folder), "data_shards": shards, "data_tokens": tokens})
     with tqdm(desc=f"features ({args.features})", unit="seq") as bar:
-        train, heldout, manifest = load_data(lm, folder, args.kind, args.features, shards, bar.update)
+        train, heldout, manifest = load_data(lm, folder, args.kind, args.features, shards, tokens=tokens,
+                                             on_sequence=bar.update)
     run = open_training(lm, config, train, heldout, args.resume, args.out)
     print(f"{config.kind}: {len(train)} training sequences ({manifest['totals']['response_tokens']} response tokens, "
           f"{shards} shards of {folder}), reduced vocabulary N = {len(run.vocab)}; run folder {run.folder}")
@@ -195,3 +197,33 @@ def eval_on_prompts(args, lm, module, cases: list) -> None:
         print(line)
     if not loop:
         print("  (the decode loop runs the shipped weights: no loop columns for --weights)")
+
+
+def run_train_curve_command(args) -> None:
+    from tqdm import tqdm
+
+    from ..errors import SpecDecError
+    from ..models import load_model
+    from .curve import Point, run_curve
+    from .train import TrainConfig
+
+    try:
+        sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    except ValueError:
+        raise SpecDecError(f"sizes must be comma-separated integers (got {args.sizes!r})")
+    if not sizes or min(sizes) < 1:
+        raise SpecDecError(f"sizes must be >= 1 (got {args.sizes!r})")
+    points = [Point(n, "all") for n in sizes] + [Point(args.templates_size or min(sizes), "templates")]
+    config = TrainConfig(kind=args.kind, model=args.model, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                         warmup=min(50, args.steps), vocab=512 if args.model == "tiny" else 0,
+                         checkpoint_every=min(100, args.steps))
+    config.validate()
+    args.limit = None
+    cases = prompt_cases(args)
+    lm = load_model(args.model, args.device, "float32")
+    folder = data_folder(args, lm)
+    with tqdm(total=args.steps * len(points), desc=f"train-curve {args.kind}", unit="step") as bar:
+        result = run_curve(lm, folder, args.out, points, config, cases, args.k, args.max_new_tokens, bar)
+    for name, point in result["points"].items():
+        print(f"  {name:<18} {point['response_tokens']:>8} tokens  " + "  ".join(
+            f"{c} s1 {row['s1']:.3f} tau {row['tau']:.2f}" for c, row in point["categories"].items()))

@@ -170,33 +170,41 @@ class Corpus:
         return [is_heldout(s.item, fraction) for s in self.sequences]
 
 
-def prefix(manifest: dict, tokens: int = 0, shards: int = 0) -> list[dict]:
-    """The first shards of a corpus: all of them, the first `shards`, or (`tokens`) the fewest whose
-    response tokens reach `tokens` — the data sizes of the scaling curve are prefixes of one corpus."""
-    entries = manifest["shards"][:shards] if shards else manifest["shards"]
-    if not tokens:
-        return list(entries)
+def prefix(manifest: dict, tokens: int = 0) -> list[dict]:
+    """The fewest first shards whose response tokens reach `tokens` (0: all of them)."""
     out, seen = [], 0
-    for entry in entries:
-        if seen >= tokens:
+    for entry in manifest["shards"]:
+        if tokens and seen >= tokens:
             break
         out.append(entry)
         seen += entry["response_tokens"]
     return out
 
 
-def load_corpus(folder: Path, tokens: int = 0, shards: int = 0) -> Corpus:
-    """Read and verify a corpus, or its `prefix`; the manifest returned lists only the shards read."""
+def load_corpus(folder: Path, shards: int = 0, tokens: int = 0, sources: tuple[str, ...] | None = None) -> Corpus:
+    """Read and verify a corpus: its first `shards` shards (0: all), only the sequences of `sources`
+    (None: all), cut after the sequence that reaches `tokens` response tokens (0: no cut). The data
+    sizes of the scaling curve are such prefixes of the one corpus. The manifest returned lists only
+    the shards read."""
     manifest = read_manifest(folder)
     verify(folder, manifest)
-    entries = prefix(manifest, tokens, shards)
+    entries = manifest["shards"][:shards] if shards else manifest["shards"]
     if not entries:
         raise SpecDecError(f"{folder} has no shards yet: grow it with python -m specdec_core make-data")
     if shards and len(entries) < shards:
         raise SpecDecError(f"{folder} has {len(entries)} shards, fewer than the {shards} asked for")
-    sequences, where = [], []
+    sequences, where, used, seen = [], [], [], 0
     for entry in entries:
+        if tokens and seen >= tokens:
+            break
+        used.append(entry)
         for i, stored in enumerate(read_shard(folder / entry["file"])):
-            sequences.append(stored)
-            where.append(f"{Path(entry['file']).stem} #{i}")
-    return Corpus(folder, {**manifest, "shards": entries, "totals": totals(entries)}, sequences, where)
+            if tokens and seen >= tokens:
+                break
+            if sources is None or stored.item.source in sources:
+                sequences.append(stored)
+                where.append(f"{Path(entry['file']).stem} #{i}")
+                seen += len(stored.response)
+    if not sequences:
+        raise SpecDecError(f"{folder} holds no sequence of the sources {', '.join(sources or ())}")
+    return Corpus(folder, {**manifest, "shards": used, "totals": totals(used)}, sequences, where)

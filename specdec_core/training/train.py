@@ -38,6 +38,8 @@ class TrainConfig:
     model: str = "smollm2-135m"
     data: str = ""  # the corpus folder
     data_shards: int = 0  # its first N shards (fixed when the run starts: the corpus may grow meanwhile)
+    data_tokens: int = 0  # of those, the sequences up to N response tokens (0: all)
+    data_sources: str = ""  # only these prompt sources, comma-separated ("": all)
     steps: int = 1200
     batch_size: int = 8  # sequences (each up to 129 rows)
     lr: float = 1e-3
@@ -321,11 +323,12 @@ def weights_root(lm: LoadedModel, run: TrainRun) -> Path | None:
 
 
 def load_data(lm: LoadedModel, folder: Path, kind: str, features: str = "cache", shards: int = 0,
+              sources: tuple[str, ...] | None = None, tokens: int = 0,
               on_sequence=lambda n: None) -> tuple[list[Sequence], list[Sequence], dict]:
-    """The corpus of `folder` (its first `shards` shards; 0: all), verified, split into train and
-    held-out sequences with the states the kind trains on (`features`: "cache" or "online",
-    features.py); the manifest returned lists the shards used."""
-    corpus = load_corpus(folder, shards=shards)
+    """The corpus of `folder` (`corpus.load_corpus`: its first `shards`, only `sources`, up to `tokens`),
+    verified, split into train and held-out sequences with the states the kind trains on (`features`:
+    "cache" or "online", features.py); the manifest returned lists the shards read."""
+    corpus = load_corpus(folder, shards, tokens, sources)
     if corpus.manifest["model"]["name"] != lm.name:
         raise SpecDecError(f"{folder} holds a corpus of {corpus.manifest['model']['name']}, not {lm.name}")
     train, heldout = load_splits(lm, corpus, layers_needed(kind, lm), features, on_sequence)

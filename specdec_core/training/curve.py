@@ -1,0 +1,97 @@
+"""The scaling curve (`train-curve`): first-draft acceptance on real prompts against training data.
+
+One drafter kind (heads by default: the cheapest to train) is trained from scratch at several data
+sizes — prefixes of the committed corpus, so every point's data contains the smaller points' — and
+on one size from the templates alone, all with the same steps, batch and learning rate. Each point is
+scored the way `eval-draft --prompts` scores a drafter: teacher-forced on the target's own greedy
+answers to the suite's chat, qa and story prompts, walked the way the decode loop walks (BENCHMARKS
+§10 showed that this number and the loop's agree within 0.01). The answers are decoded once and
+shared by every point. Points are written to the JSON as they finish, and a rerun skips those done,
+so the curve grows across sittings like the corpus does.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..drafters import ReducedVocab
+from ..errors import SpecDecError
+from ..models import LoadedModel
+from ..suite import PromptCase
+from ..target import Target
+from .batches import decoded_sequence
+from .corpus import read_manifest
+from .kinds import layers_needed
+from .on_prompts import answer, coverage
+from .train import TrainConfig, evaluate, load_data, open_training, train_steps
+
+
+@dataclass(frozen=True)
+class Point:
+    tokens: int  # response tokens of training data (whole sequences: the last one may overshoot)
+    sources: str  # "all" or one source's name (e.g. "templates")
+
+    @property
+    def name(self) -> str:
+        return f"{self.sources}-{self.tokens}"
+
+
+def answers(lm: LoadedModel, kind: str, cases: list[PromptCase], max_new_tokens: int,
+            progress: Callable[[int], None] = lambda n: None) -> dict[str, list]:
+    """{category: [(turn, Sequence)]}: the target's greedy answers, with the states `kind` reads."""
+    target, layers, out = Target(lm), layers_needed(kind, lm), {}
+    for case in cases:
+        for turn in answer(lm, kind, case, 1, max_new_tokens, loop=False):
+            out.setdefault(case.category, []).append(
+                (turn, decoded_sequence(target, turn["prompt_ids"], turn["output_ids"], layers)))
+        progress(1)
+    return out
+
+
+def score(lm: LoadedModel, kind: str, module, vocab: ReducedVocab, scored: dict[str, list], k: int) -> dict:
+    """Per category: walked first-draft acceptance s_1, walked tau(k), the vocabulary's coverage."""
+    rows = {}
+    for category, pairs in scored.items():
+        result = evaluate(lm, kind, module, vocab, [s for _, s in pairs], k)
+        kk = result["k"]
+        rows[category] = {"s1": result["all"]["walked_survival"][kk][0], "tau": result["all"]["tau_walked"][kk],
+                          "coverage": coverage(vocab, [t for t, _ in pairs])[1], "answers": len(pairs)}
+    return rows
+
+
+def run_curve(lm: LoadedModel, folder: Path, out: Path, points: list[Point], config: TrainConfig, cases: list[PromptCase],
+              k: int, max_new_tokens: int, bar=None) -> dict:
+    """Train and score every point not yet in `out` (JSON, rewritten after each point)."""
+    manifest = read_manifest(folder)
+    available = manifest["totals"]["response_tokens"]
+    too_big = [p for p in points if p.tokens > available]
+    if too_big:
+        raise SpecDecError(f"the corpus holds {available} response tokens, fewer than the point {too_big[0].name} needs: "
+                           "grow it with make-data --resume")
+    result = json.loads(out.read_text()) if out.exists() else {}
+    setting = {"kind": config.kind, "steps": config.steps, "batch_size": config.batch_size, "lr": config.lr,
+               "k": k, "max_new_tokens": max_new_tokens, "prompts": sorted({c.id for c in cases})}
+    if result and result.get("setting") != setting:
+        raise SpecDecError(f"{out} holds a curve with other settings ({result.get('setting')}): write elsewhere (--out)")
+    result = {"setting": setting, "corpus": folder.name, "points": result.get("points", {})}
+    todo = [p for p in points if p.name not in result["points"]]
+    if not todo:
+        return result
+    scored = answers(lm, config.kind, cases, max_new_tokens)
+    for point in todo:
+        start = time.perf_counter()
+        train, heldout, used = load_data(lm, folder, config.kind, sources=None if point.sources == "all" else (point.sources,),
+                                         tokens=point.tokens)
+        run_config = TrainConfig(**{**asdict(config), "data": str(folder), "data_shards": len(used["shards"]),
+                                    "data_tokens": point.tokens, "data_sources": "" if point.sources == "all" else point.sources})
+        run = open_training(lm, run_config, train, heldout, resume=True)  # its own folder: resumable
+        train_steps(lm, run, train, bar=bar)
+        result["points"][point.name] = {
+            **asdict(point), "sequences": len(train), "response_tokens": sum(s.rows - 1 for s in train),
+            "categories": score(lm, config.kind, run.module, run.vocab, scored, k),
+            "wall_s": round(time.perf_counter() - start, 1)}
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
