@@ -196,3 +196,23 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, message, tmp_path):
 def test_tiny_never_writes_into_the_repository(capsys):
     code, _, err = run_main(capsys, *SMOKE, "--out", str(ROOT / "data" / "tiny-test"))
     assert code == 2 and "inside the repository" in err and not (ROOT / "data" / "tiny-test").exists()
+
+
+def test_the_feature_cache_covers_whole_shards_whatever_part_a_run_reads(corpus_a, tiny, monkeypatch, tmp_path):
+    """A run that reads part of a shard (one source, cut at a token count) still caches the whole shard,
+    so a later run of the whole corpus reads every sequence's own states (a cache of the part alone
+    would hand the next run rows of other sequences)."""
+    import torch
+
+    from specdec_core.target import Target
+    from specdec_core.training import features
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    part = load_corpus(corpus_a, tokens=40, sources=("templates",))
+    whole = load_corpus(corpus_a)
+    assert 0 < len(part.sequences) < len(whole.sequences) and {s.item.source for s in part.sequences} == {"templates"}
+    target = Target(tiny)
+    for corpus in (part, whole):  # the part first: it writes the cache files
+        for stored, states in zip(corpus.sequences, features.cached(tiny, corpus, (1, 2))):
+            fresh = features.capture(target, stored.ids, stored.prompt_len, (1, 2))
+            assert all(torch.equal(states[layer], fresh[layer]) for layer in (1, 2))

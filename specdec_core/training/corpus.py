@@ -162,7 +162,7 @@ class Corpus:
     folder: Path
     manifest: dict
     sequences: list[Stored]
-    where: list[str]  # "shard-00003 #17" per sequence
+    origin: list[tuple[int, int]]  # per sequence: (its shard's place in manifest["shards"], its index in the shard)
 
     def heldout(self) -> list[bool]:
         """Per sequence: is it held out (`is_heldout` at the manifest's fraction)?"""
@@ -193,8 +193,8 @@ def load_corpus(folder: Path, shards: int = 0, tokens: int = 0, sources: tuple[s
         raise SpecDecError(f"{folder} has no shards yet: grow it with python -m specdec_core make-data")
     if shards and len(entries) < shards:
         raise SpecDecError(f"{folder} has {len(entries)} shards, fewer than the {shards} asked for")
-    sequences, where, used, seen = [], [], [], 0
-    for entry in entries:
+    sequences, origin, used, seen = [], [], [], 0
+    for number, entry in enumerate(entries):
         if tokens and seen >= tokens:
             break
         used.append(entry)
@@ -203,8 +203,8 @@ def load_corpus(folder: Path, shards: int = 0, tokens: int = 0, sources: tuple[s
                 break
             if sources is None or stored.item.source in sources:
                 sequences.append(stored)
-                where.append(f"{Path(entry['file']).stem} #{i}")
+                origin.append((number, i))
                 seen += len(stored.response)
     if not sequences:
         raise SpecDecError(f"{folder} holds no sequence of the sources {', '.join(sources or ())}")
-    return Corpus(folder, {**manifest, "shards": used, "totals": totals(used)}, sequences, where)
+    return Corpus(folder, {**manifest, "shards": used, "totals": totals(used)}, sequences, origin)
