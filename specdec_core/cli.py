@@ -178,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--steps", type=int, default=600, help="steps per point, the same for every point (default 600)")
     tc.add_argument("--batch-size", type=int, default=8)
     tc.add_argument("--lr", type=float, default=1e-3)
+    tc.add_argument("--vocab", type=int, default=8192, help="reduced vocabulary size, the same at every point (default "
+                                                          "8192, as the shipped drafters: a measured N would grow with the data's variety)")
     tc.add_argument("--prompts", type=Path, default=Path("specdec_core/prompts/suite.jsonl"), metavar="FILE")
     tc.add_argument("--categories", default="chat,qa,story")
     tc.add_argument("--k", type=int, default=4)

@@ -215,7 +215,7 @@ def run_train_curve_command(args) -> None:
         raise SpecDecError(f"sizes must be >= 1 (got {args.sizes!r})")
     points = [Point(n, "all") for n in sizes] + [Point(args.templates_size or min(sizes), "templates")]
     config = TrainConfig(kind=args.kind, model=args.model, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                         warmup=min(50, args.steps), vocab=512 if args.model == "tiny" else 0,
+                         warmup=min(50, args.steps), vocab=512 if args.model == "tiny" else args.vocab,
                          checkpoint_every=min(100, args.steps))
     config.validate()
     args.limit = None

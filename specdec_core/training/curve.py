@@ -72,7 +72,7 @@ def run_curve(lm: LoadedModel, folder: Path, out: Path, points: list[Point], con
         raise SpecDecError(f"the corpus holds {available} response tokens, fewer than the point {too_big[0].name} needs: "
                            "grow it with make-data --resume")
     result = json.loads(out.read_text()) if out.exists() else {}
-    setting = {"kind": config.kind, "steps": config.steps, "batch_size": config.batch_size, "lr": config.lr,
+    setting = {"kind": config.kind, "steps": config.steps, "batch_size": config.batch_size, "lr": config.lr, "vocab": config.vocab,
                "k": k, "max_new_tokens": max_new_tokens, "prompts": sorted({c.id for c in cases})}
     if result and result.get("setting") != setting:
         raise SpecDecError(f"{out} holds a curve with other settings ({result.get('setting')}): write elsewhere (--out)")
