@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 
 from . import llama
+from .trees.shape import ancestor_mask, row_positions
 
 
 class RaggedCache:
@@ -80,19 +81,33 @@ class RaggedCache:
         self.lengths[target] = n
         self.lengths[source] = 0
 
+    @torch.inference_mode()
+    def keep(self, slot: int, new: int, rows: list[int]) -> None:
+        """After a forward that stored `new` positions in `slot`, keep only `rows` of them (ascending: a
+        tree's accepted path), moved up in order; a chain's prefix (rows 0 .. m-1) is a plain rollback."""
+        start = self.lengths[slot] - new
+        if rows != list(range(len(rows))):
+            index = torch.tensor(rows, device=self.device) + start
+            for store in (self.keys, self.values):
+                for layer in store:
+                    layer[slot, :, start:start + len(rows)] = layer[slot, :, index]
+        self.lengths[slot] = start + len(rows)
+
     def bytes_per_token(self) -> int:
         """Keys + values of one position in every layer."""
         return 2 * self.layers * self.kv_heads * self.head_dim * self.keys[0].element_size()
 
 
 def batch_forward(model: LlamaForCausalLM, cache: RaggedCache, first_slot: int, rows: list[list[int]],
-                  hidden_layers: tuple[int, ...] = (), last_only: bool = False
-                  ) -> tuple[list[torch.Tensor], list[dict[int, torch.Tensor]]]:
+                  hidden_layers: tuple[int, ...] = (), last_only: bool = False,
+                  trees: list[list[int] | None] | None = None) -> tuple[list[torch.Tensor], list[dict[int, torch.Tensor]]]:
     """Run rows[b] on top of slot first_slot + b (which grows by len(rows[b])), all in one forward.
 
     Returns per row its logits (n_b or 1, V) in float32 and its requested hidden states {layer: (n_b, H)}.
     A single row runs exactly the single-request forward's ops (same kernels, same mask), so batched
-    decoding at concurrency 1 reproduces `llama.forward` bit for bit.
+    decoding at concurrency 1 reproduces `llama.forward` bit for bit. trees[b]: row b's tokens as a draft
+    tree (its tokens' parent rows, `llama.forward`'s `tree`), None for a chain; the tokens are stored in
+    the slot in row order and `keep` compacts the accepted path afterwards.
     """
     config = model.config
     heads, groups = config.num_attention_heads, config.num_attention_heads // config.num_key_value_heads
@@ -106,13 +121,24 @@ def batch_forward(model: LlamaForCausalLM, cache: RaggedCache, first_slot: int, 
 
     row_of = torch.tensor([r for r in range(b) for _ in range(lens[r])], device=device)  # (R,) which request
     col_of = torch.tensor([j for r in range(b) for j in range(lens[r])], device=device)  # (R,) its offset there
-    positions = torch.tensor([past[r] + j for r in range(b) for j in range(lens[r])], device=device)  # (R,)
+    stored = torch.tensor([past[r] + j for r in range(b) for j in range(lens[r])], device=device)  # (R,) slot index
+    trees = trees if trees and any(t is not None for t in trees) else None
+    if trees is None:  # a token's rotary position is where it is stored
+        positions = stored
+    else:  # a tree node's is the end of the cache + its depth
+        positions = torch.tensor([past[r] + d for r in range(b) for d in row_positions(trees[r] or list(range(-1, lens[r] - 1)))],
+                                 device=device)
     single = b == 1
     if single:  # the single-request forward's own mask: None (one token, or a prefill's is_causal) or causal
-        mask = llama.causal_mask(past[0], n, device)
-    else:  # (B, 1, n, span): query j of row r sees key positions 0 .. past[r] + j of its own slot
+        mask = llama.causal_mask(past[0], n, device) if trees is None else ancestor_mask(past[0], trees[0], device)
+    elif trees is None:  # (B, 1, n, span): query j of row r sees key positions 0 .. past[r] + j of its own slot
         limit = torch.tensor(past, device=device)[:, None] + torch.arange(n, device=device)[None, :]  # (B, n)
         mask = (torch.arange(span, device=device)[None, None, :] <= limit[:, :, None])[:, None]
+    else:  # row r's own ancestor mask in its corner; padding queries see key 0 only (never read)
+        mask = torch.zeros(b, 1, n, span, dtype=torch.bool, device=device)
+        mask[:, :, :, 0] = True
+        for r in range(b):
+            mask[r, 0, :lens[r], :past[r] + lens[r]] = ancestor_mask(past[r], trees[r] or list(range(-1, lens[r] - 1)), device)
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float) -> torch.Tensor:
         # q (1, heads, R, hd); k, v (1, kv_heads, R, hd): every request's new tokens in one row.
@@ -123,8 +149,8 @@ def batch_forward(model: LlamaForCausalLM, cache: RaggedCache, first_slot: int, 
             # Contiguous, as a DynamicCache's are: SDPA then takes the single-request path's kernel.
             return llama.attention(q, keys[slots, :, :span].contiguous(), values[slots, :, :span].contiguous(),
                                    groups, mask, scale)
-        keys[first_slot + row_of, :, positions] = k[0].transpose(0, 1)  # (R, kv_heads, hd) into each slot
-        values[first_slot + row_of, :, positions] = v[0].transpose(0, 1)
+        keys[first_slot + row_of, :, stored] = k[0].transpose(0, 1)  # (R, kv_heads, hd) into each slot
+        values[first_slot + row_of, :, stored] = v[0].transpose(0, 1)
         padded = q.new_zeros(b, heads, n, q.shape[-1])  # (B, heads, n, hd); padding queries are never read
         padded[row_of, :, col_of] = q[0].transpose(0, 1)
         y = llama.attention(padded, keys[slots, :, :span], values[slots, :, :span], groups, mask, scale)

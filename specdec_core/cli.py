@@ -39,6 +39,9 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
                    help="max drafted tokens per step, 1..16" + (" (comma list to sweep)" if sweep else ""))
     p.add_argument("--dynamic-k", type=float, default=None, metavar="T",
                    help="stop drafting when the draft's top probability falls below T")
+    p.add_argument("--tree", default="chain",
+                   help="spec: verify the drafts as a chain (default) or a dynamic tree of the drafter's best guesses (heads)")
+    p.add_argument("--tree-nodes", type=int, default=8, metavar="N", help="a tree's size: drafts per verify forward (default 8)")
     p.add_argument("--window", type=int, default=16, help="nar/jacobi window (default 16)")
     p.add_argument("--hit-rate", type=float, default=0.7, help="sim drafter: chance each draft is right")
     p.add_argument("--ngram-min", type=int, default=1)

@@ -25,9 +25,11 @@ from .models import LoadedModel
 from .sampling import SamplingParams, choose, logits_to_probs, process_logits, verify_greedy, verify_sampled
 from .target import Target, timed
 from .trace import Piecer, StepEvent, Token, Trace
+from .trees import TREES, TreeVerdict, children, process_tree_logits, row_parents, verify_tree_greedy, verify_tree_sampled
 
 MODES = ("ar", "nar", "jacobi", "spec")
 MAX_K = 16
+MAX_TREE_NODES = 64
 TOP_N = 5  # how many top tokens of p and q a step records for the inspector
 
 
@@ -37,6 +39,8 @@ class GenerationConfig:
     drafter: str = "ngram"
     k: int = 4
     dynamic_k: float | None = None  # model drafters stop drafting when q's top probability falls below this
+    tree: str = "chain"  # spec: the drafts as one chain, or a tree of the drafter's best guesses (trees/)
+    tree_nodes: int = 8  # a tree's size: the drafts one verify forward reads
     window: int = 16  # nar / jacobi
     max_new_tokens: int = 64
     temperature: float = 0.0
@@ -55,7 +59,9 @@ class GenerationConfig:
 
     @property
     def label(self) -> str:
-        return f"spec:{self.drafter}" if self.mode == "spec" else self.mode
+        if self.mode != "spec":
+            return self.mode
+        return f"spec:{self.drafter}" + (f"@tree={self.tree}" if self.tree != "chain" else "")
 
     def validate(self, lm: LoadedModel, prompt_len: int) -> None:
         """Raise SpecDecError with a one-line message for any bad setting of the loop (the drafter's own
@@ -64,6 +70,10 @@ class GenerationConfig:
             raise SpecDecError(f"unknown mode {self.mode!r}: choose one of {', '.join(MODES)}")
         if not 1 <= self.k <= MAX_K:
             raise SpecDecError(f"k must be between 1 and {MAX_K} (got {self.k})")
+        if self.tree not in TREES:
+            raise SpecDecError(f"unknown tree {self.tree!r}: choose one of {', '.join(TREES)}")
+        if not 2 <= self.tree_nodes <= MAX_TREE_NODES:
+            raise SpecDecError(f"tree-nodes must be between 2 and {MAX_TREE_NODES} (got {self.tree_nodes})")
         if self.dynamic_k is not None and not 0 < self.dynamic_k < 1:
             raise SpecDecError(f"dynamic-k threshold must be in (0, 1) (got {self.dynamic_k})")
         if not 1 <= self.window <= 64:
@@ -73,7 +83,7 @@ class GenerationConfig:
             raise SpecDecError(f"{self.mode} decodes greedily in this lab: use temperature 0")
         if self.max_new_tokens < 1:
             raise SpecDecError(f"max-new-tokens must be >= 1 (got {self.max_new_tokens})")
-        if prompt_len + self.max_new_tokens + max(self.k, self.window) + 1 > lm.context_length:
+        if prompt_len + self.max_new_tokens + max(self.k, self.window, self.tree_nodes) + 1 > lm.context_length:
             if prompt_len >= lm.context_length:
                 raise SpecDecError(f"the prompt has {prompt_len} tokens, more than the model's context of {lm.context_length}")
             raise SpecDecError(f"prompt ({prompt_len} tokens) + max-new-tokens ({self.max_new_tokens}) does not fit "
@@ -226,6 +236,77 @@ def step_event(config: GenerationConfig, piecer: Piecer, index: int, context: li
     )
 
 
+def verify_tree(state: DecodeState, params: SamplingParams, draft: Draft, logits: torch.Tensor
+                ) -> tuple[TreeVerdict, torch.Tensor, list[int]]:
+    """Accept the longest agreeing root path of a draft tree given the target's logits (N+1, V) over
+    [last token] + nodes (`trees/verify.py`). Returns the verdict, p (N+1, V) and the target's pick per row."""
+    logits = process_tree_logits(logits, state.tokens, draft.tokens, draft.parents, params)
+    p = logits_to_probs(logits, params)
+    choices = torch.argmax(logits, dim=-1).tolist()
+    if params.greedy:
+        return verify_tree_greedy(draft.tokens, draft.parents, choices), p, choices
+    return verify_tree_sampled(draft.tokens, draft.parents, p, state.generator), p, choices
+
+
+def commit_tree(state: DecodeState, stopper: Stopper, draft: Draft, verdict: TreeVerdict,
+                hidden: dict[int, torch.Tensor]) -> list[int]:
+    """Append the accepted path + the correction/bonus; the drafter sees the path as a chain verified whole
+    (its hidden rows: the root's and each accepted node's)."""
+    path = [draft.tokens[node] for node in verdict.path]
+    appended = emit(state, path + [verdict.next_token], stopper)
+    if state.drafter:
+        rows = verdict.rows
+        state.drafter.observe(len(path), appended, {layer: h[rows] for layer, h in hidden.items()}, verified=len(path))
+    return appended
+
+
+def tree_event(config: GenerationConfig, piecer: Piecer, index: int, context: list[int], draft: Draft,
+               appended: list[int], verdict: TreeVerdict, p: torch.Tensor, choices: list[int], draft_s: float,
+               verify_s: float, target_forwards: int) -> StepEvent:
+    """A tree step as plain data: every node (its q in `drafted`), the accepted path, and the target's
+    choice with p along that path."""
+    tokens, parents = draft.tokens, draft.parents
+    paths: list[list[int]] = []  # each node's tokens from the root, itself included
+    for token, parent in zip(tokens, parents):
+        paths.append((paths[parent] if parent >= 0 else []) + [token])
+    drafted = [piecer.tokens(context + path[:-1], [path[-1]], [q])[0]
+               for path, q in zip(paths, draft.confidence or [1.0] * len(tokens))]
+    rows = verdict.rows
+    walked = [tokens[node] for node in verdict.path]
+    leaf = not children(parents).get(verdict.path[-1] if verdict.path else -1)
+    return StepEvent(
+        index=index, mode=config.mode, kind="decode",
+        emitted=piecer.tokens(context, appended, [float(p[rows[i], t]) for i, t in enumerate(appended)]),
+        drafted=drafted, target=piecer.tokens(context, [choices[r] for r in rows], [float(p[r, choices[r]]) for r in rows]),
+        p_of_draft=[float(p[parent + 1, token]) for token, parent in zip(tokens, parents)],
+        accept_probs=verdict.accept_probs, accepted=len(verdict.path),
+        extra=piecer.tokens(context + walked, [verdict.next_token], [float(p[rows[-1], verdict.next_token])])[0],
+        extra_kind="bonus" if leaf else "correction",
+        p_top=[_top(p[r], piecer) for r in rows],
+        residual_top=_top(verdict.residual, piecer) if verdict.residual is not None else [],
+        draft_s=draft_s, verify_s=verify_s, target_forwards=target_forwards,
+        draft_confidence=list(draft.confidence or []), tree_parents=list(parents), tree_path=list(verdict.path),
+    )
+
+
+def tree_step(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper, piecer: Piecer,
+              index: int, draft: Draft, draft_s: float) -> StepEvent:
+    """Verify a draft tree in one forward (ancestor mask, positions by depth), keep the accepted path's
+    keys/values and forget every other branch's."""
+    context = state.tokens
+    verify_time: list[float] = []
+    with timed(target.lm.device, verify_time):
+        hidden_layers = state.drafter.hidden_layers if state.drafter else ()
+        out = target.forward(state.cache, [context[-1]] + draft.tokens, hidden_layers=hidden_layers,
+                             tree=row_parents(draft.parents))
+        state.target_forwards += 1
+        verdict, p, choices = verify_tree(state, config.sampling, draft, out.logits)
+        target.keep(state.cache, len(draft.tokens) + 1, verdict.rows)
+    appended = commit_tree(state, stopper, draft, verdict, out.hidden)
+    return tree_event(config, piecer, index, context, draft, appended, verdict, p, choices, draft_s, verify_time[0],
+                      state.target_forwards)
+
+
 def speculative_step(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper,
                      piecer: Piecer, index: int) -> StepEvent:
     """One draft -> verify -> accept -> correct/bonus -> rollback step. With no drafter: one AR step."""
@@ -236,6 +317,8 @@ def speculative_step(target: Target, state: DecodeState, config: GenerationConfi
     draft_time: list[float] = []
     with timed(target.lm.device, draft_time):
         draft = state.drafter.propose(context, k, params, state.generator) if state.drafter and k > 0 else None
+    if draft is not None and draft.is_tree:
+        return tree_step(target, state, config, stopper, piecer, index, draft, draft_time[0])
     drafted = draft.tokens[:k] if draft else []
 
     verify_time: list[float] = []

@@ -32,6 +32,14 @@ class Draft:
     # guess[i]: a block drafter's parallel backbone's own choice at position i, before the serial Markov
     # head corrected it with the token before (what the inspector shows; None for other drafters)
     guess: list[int] | None = None
+    # A tree (`trees/`): parents[i] is the node tokens[i] continues (-1: the context's last token), nodes
+    # parents-first, siblings by rank; their q is then None (the nodes were chosen, not sampled) and
+    # confidence[i] is q of node i at its parent. None: a chain.
+    parents: list[int] | None = None
+
+    @property
+    def is_tree(self) -> bool:
+        return self.parents is not None and bool(self.tokens)
 
 
 class Drafter(ABC):

@@ -30,7 +30,7 @@ def check(config: GenerationConfig, lm: LoadedModel, prompt_len: int) -> None:
         raise SpecDecError(f"spec verifies with the fp32 target, not {lm.weights} weights: draft with "
                            f"the quantised copy instead (drafter quant)")
     if config.mode == "spec":
-        check_drafter(config.drafter, config.drafter_options, lm)
+        check_drafter(config.drafter, config.drafter_options, lm, config.tree)
 
 
 def drafter_factory(lm: LoadedModel, name: str) -> Callable[[], Drafter]:
@@ -86,7 +86,7 @@ def config_from_args(args, mode: str, k: int | None = None, temperature: float |
     drafter's knobs ride along in drafter_options, and the drafter a mode names reads its own."""
     return GenerationConfig(
         mode=mode, drafter=args.drafter, k=args.k if k is None else k, dynamic_k=args.dynamic_k,
-        window=args.window, max_new_tokens=args.max_new_tokens,
+        tree=args.tree, tree_nodes=args.tree_nodes, window=args.window, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature if temperature is None else temperature, top_k=args.top_k, top_p=args.top_p,
         repetition_penalty=args.repetition_penalty, seed=args.seed, stop=tuple(args.stop),
         drafter_options={name: getattr(args, name) for name in OPTION_NAMES})

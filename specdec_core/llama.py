@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, LlamaForCausalLM
 
 from .errors import SpecDecError
+from .trees.shape import ancestor_mask, row_positions
 
 
 def check_supported(model: torch.nn.Module) -> None:
@@ -91,14 +92,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int, ma
 
 
 def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tensor, hidden_layers: tuple[int, ...] = (),
-            last_only: bool = False) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+            last_only: bool = False, tree: list[int] | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """Run input_ids (B, n) on top of `cache` (which grows by n). Returns logits (B, n or 1, V) in the
     model's dtype and the requested hidden states {layer: (B, n, H)}, numbered as transformers numbers
-    them: 0 = the embeddings, i = after decoder layer i, the last = after the final norm."""
+    them: 0 = the embeddings, i = after decoder layer i, the last = after the final norm.
+
+    tree: the n rows as a draft tree, tree[i] = the row of i's parent (-1: the cache's last position).
+    Row i then sits at rotary position past + its depth and attends to the cache and its own ancestors
+    only (`trees/shape.py`); None is the chain, the causal case."""
     b, n = input_ids.shape
     past = cache.get_seq_length()
-    positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)  # (1, n)
-    mask = causal_mask(past, n, input_ids.device)
+    if tree is None:
+        positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)  # (1, n)
+        mask = causal_mask(past, n, input_ids.device)
+    else:
+        positions = torch.tensor([past + d for d in row_positions(tree)], device=input_ids.device).unsqueeze(0)
+        mask = ancestor_mask(past, tree, input_ids.device)
     groups = model.config.num_attention_heads // model.config.num_key_value_heads
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float) -> torch.Tensor:

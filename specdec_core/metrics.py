@@ -31,8 +31,8 @@ def compute_metrics(trace: Trace) -> dict:
     num_draft_tokens = sum(len(s.drafted) for s in drafting)
     num_accepted = sum(s.accepted for s in drafting)
     # Per position i (1-based): of the steps that drafted at least i tokens, how many accepted >= i.
-    offered = [sum(len(s.drafted) >= i for s in drafting) for i in range(1, k + 1)]
-    accepted_at = [sum(len(s.drafted) >= i and s.accepted >= i for s in drafting) for i in range(1, k + 1)]
+    offered = [sum(s.draft_depth >= i for s in drafting) for i in range(1, k + 1)]
+    accepted_at = [sum(s.draft_depth >= i and s.accepted >= i for s in drafting) for i in range(1, k + 1)]
     per_pos = [a / o if o else 0.0 for a, o in zip(accepted_at, offered)]
     hist = [0] * (k + 1)
     for s in drafting:

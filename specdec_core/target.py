@@ -51,10 +51,11 @@ class Target:
 
     @torch.inference_mode()
     def forward(self, cache: DynamicCache, input_ids: list[int], hidden_layers: tuple[int, ...] = (),
-                last_only: bool = False) -> ForwardOutput:
-        """Run `input_ids` on top of `cache` (which grows by len(input_ids))."""
+                last_only: bool = False, tree: list[int] | None = None) -> ForwardOutput:
+        """Run `input_ids` on top of `cache` (which grows by len(input_ids)); `tree`: the rows' parents
+        when they are a draft tree (`llama.forward`)."""
         ids = torch.tensor([input_ids], device=self.lm.device)  # (1, n)
-        logits, hidden = llama.forward(self.model, cache, ids, hidden_layers, last_only)
+        logits, hidden = llama.forward(self.model, cache, ids, hidden_layers, last_only, tree)
         return ForwardOutput(logits[0].float(), {layer: h[0] for layer, h in hidden.items()})
 
     @staticmethod
@@ -62,6 +63,21 @@ class Target:
         """Forget the last n positions (rejected drafts, unconverged Jacobi guesses)."""
         if n > 0:
             cache.crop(-n)
+
+    @staticmethod
+    @torch.inference_mode()
+    def keep(cache: DynamicCache, new: int, rows: list[int]) -> None:
+        """After a forward of `new` rows, keep only `rows` of them (ascending: a tree's accepted root
+        path), moved up to follow the cache's older positions in order; the other rows are forgotten.
+        A chain's accepted prefix (rows 0 .. m-1) moves nothing: it is a rollback."""
+        start = cache.get_seq_length() - new
+        if rows != list(range(len(rows))):
+            index = torch.tensor(rows, device=cache.layers[0].keys.device) + start
+            for layer in cache.layers:  # the index copies first, so the overlapping write is safe
+                layer.keys[:, :, start:start + len(rows)] = layer.keys[:, :, index]
+                layer.values[:, :, start:start + len(rows)] = layer.values[:, :, index]
+        if new > len(rows):
+            cache.crop(len(rows) - new)  # negative: forget that many of the last positions
 
     @staticmethod
     def cache_bytes(cache: DynamicCache) -> int:

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Iterator
 
 from .errors import SpecDecError
+from .trees.shape import node_depths
 
-SCHEMA_VERSION = 3  # 2: StepEvent.draft_source; 3: draft_confidence, draft_guess; older traces still load
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4  # 2: StepEvent.draft_source; 3: draft_confidence, draft_guess; 4: tree_parents, tree_path
+READABLE_VERSIONS = (1, 2, 3, 4)  # older traces still load
 
 
 @dataclass
@@ -55,11 +56,20 @@ class StepEvent:
     draft_source: str | None = None  # which drafter proposed this step's drafts (`mix` picks one per step)
     draft_confidence: list[float] = field(default_factory=list)  # the drafter's survival estimate per drafted position
     draft_guess: list[Token] = field(default_factory=list)  # block drafters: the backbone's guess before the Markov head
+    # A tree step: `drafted` holds every node, tree_parents[i] the node i continues (-1: the context), and
+    # tree_path the accepted nodes root to leaf; `target` and `p_top` then follow that path's rows.
+    tree_parents: list[int] = field(default_factory=list)
+    tree_path: list[int] = field(default_factory=list)
     # nar / jacobi
     iteration: int | None = None
     window: list[Token] = field(default_factory=list)
     changed: list[int] = field(default_factory=list)  # window positions that changed this iteration
     converged: bool = False
+
+    @property
+    def draft_depth(self) -> int:
+        """How deep the drafts reach: a chain's length, a tree's deepest node."""
+        return max(node_depths(self.tree_parents)) if self.tree_parents else len(self.drafted)
 
 
 @dataclass

@@ -96,6 +96,9 @@ BAD_GENERATE = [
     (["--prompt", "hi", "--mode", "jacobi", "--temperature", "0.5"], "decodes greedily"),
     (["--prompt", "hi", "--trace", "/proc/no/such/dir/t.json"], "cannot write"),
     (["--prompt", "hi", "--k", "two"], "invalid int value"),
+    (["--prompt", "hi", "--mode", "spec", "--drafter", "ngram", "--tree", "dynamic"], "cannot draft a dynamic tree"),
+    (["--prompt", "hi", "--mode", "spec", "--drafter", "heads", "--tree", "bushy"], "unknown tree"),
+    (["--prompt", "hi", "--mode", "spec", "--drafter", "heads", "--tree", "dynamic", "--tree-nodes", "65"], "tree-nodes must be"),
 ]
 
 
@@ -137,6 +140,9 @@ def test_bad_bench_input(capsys, tmp_path):
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:magic"], "unknown mode"))
     cases.append((_bench_args(tmp_path, good) + ["--k", "1,40"], "k must be between 1 and 16"))
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,llamacpp:ar@weights=int4"], "unknown setting 'weights'"))
+    cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:heads@tree=bushy"], "tree must be one of"))
+    cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:heads@nodes=many"], "nodes must be a whole number"))
+    cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:ngram@tree=dynamic"], "cannot draft a dynamic tree"))
     from specdec_core.bench import llamacpp  # the peer row: missing binding, or a model without a GGUF
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,llamacpp:ar"],
                   "runs the smollm2-135m GGUF only" if llamacpp.available() else "run `make llamacpp`"))
@@ -158,3 +164,15 @@ def test_every_subcommand_has_help():
         with pytest.raises(SystemExit) as exit_info:
             main([sub, "--help"])
         assert exit_info.value.code == 0
+
+
+def test_bench_runs_a_chain_and_its_tree_interleaved(capsys, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "category": "chat", "prompt": "hello there"}\n')
+    out = tmp_path / "r.json"
+    code, _, err = run_main(capsys, *_bench_args(tmp_path, prompts, out), "--max-new-tokens", "12",
+                            "--modes", "spec:heads,spec:heads@tree=dynamic@nodes=6")
+    assert code == 0, err
+    rows = {r["mode"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {"ar", "spec:heads", "spec:heads@tree=dynamic@nodes=6"}
+    assert rows["spec:heads@tree=dynamic@nodes=6"]["token_ids"] == rows["ar"]["token_ids"]

@@ -33,6 +33,7 @@ from ..quant import WEIGHTS, with_weights
 from ..provenance import cpu_name, git_commit
 from ..suite import PromptCase, load_prompts
 from ..target import Target, synchronize
+from ..trees import TREES
 from . import llamacpp
 
 HF_MODES = ("hf:ar", "hf:pld", "hf:assisted", "hf:assisted-default")
@@ -43,9 +44,10 @@ NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is flo
 @dataclass(frozen=True)
 class Mode:
     """One bench mode, `MODE[@key=value]...`: `ar`, `spec:ngram`, `hf:pld`, `ar@weights=int4`,
-    `spec:quant@bits=8@layers=15`. `weights` sets the target's precision (quant.WEIGHTS); any other key
-    is an option of the spec mode's drafter, by its full name (`quant_bits`) or without the drafter's
-    prefix (`bits`). `weights` is for ar, nar and jacobi: spec always verifies with the fp32 target (its
+    `spec:quant@bits=8@layers=15`, `spec:heads@tree=dynamic@nodes=12`. `weights` sets the target's
+    precision (quant.WEIGHTS); `tree` and `nodes` a spec mode's draft tree (trees.TREES, its size; plain
+    `spec:DRAFTER` is the chain); any other key is an option of the spec mode's drafter, by its full name
+    (`quant_bits`) or without the drafter's prefix (`bits`). `weights` is for ar, nar and jacobi: spec always verifies with the fp32 target (its
     cheap reader is the drafter `quant`). Every variant runs interleaved with plain fp32 `ar`, so each
     ratio is one run's."""
 
@@ -54,6 +56,8 @@ class Mode:
     drafter: str | None = None
     weights: str = "fp32"
     options: tuple[tuple[str, object], ...] = ()  # drafter options, as (name, value) pairs
+    tree: str = "chain"
+    tree_nodes: int | None = None  # None: the run's --tree-nodes
 
     @property
     def peer(self) -> bool:
@@ -68,7 +72,7 @@ def parse_mode(text: str) -> Mode:
     if not ok:
         raise SpecDecError(f"unknown mode {text!r}: use ar, nar, jacobi, spec:DRAFTER ({', '.join(DRAFTERS)}) or "
                            f"{', '.join(PEER_MODES)}, each optionally followed by @key=value")
-    weights, options = "fp32", {}
+    weights, options, tree, tree_nodes = "fp32", {}, "chain", None
     known = [f.name for f in fields(OPTIONS[drafter])] if drafter in OPTIONS else []
     prefix = (drafter or "").replace("-", "_") + "_"
     for setting in settings:
@@ -79,19 +83,30 @@ def parse_mode(text: str) -> Mode:
             if value not in WEIGHTS:
                 raise SpecDecError(f"mode {text!r}: weights must be one of {', '.join(WEIGHTS)} (got {value!r})")
             weights = value
+        elif key == "tree" and base == "spec":
+            if value not in TREES:
+                raise SpecDecError(f"mode {text!r}: tree must be one of {', '.join(TREES)} (got {value!r})")
+            tree = value
+        elif key == "nodes" and base == "spec":
+            if not value.isdigit():
+                raise SpecDecError(f"mode {text!r}: nodes must be a whole number (got {value!r})")
+            tree_nodes = int(value)
         elif key in known or prefix + key in known:
             options[key if key in known else prefix + key] = _number(value)
         else:
-            allowed = ["weights"] * (base in ("ar", "nar", "jacobi")) + [k.removeprefix(prefix) for k in known]
+            allowed = ["weights"] * (base in ("ar", "nar", "jacobi")) + ["tree", "nodes"] * (base == "spec") + \
+                [k.removeprefix(prefix) for k in known]
             raise SpecDecError(f"mode {text!r}: unknown setting {key!r}" +
                                (f" (choose {', '.join(allowed)})" if allowed else " (this mode takes none)"))
-    return Mode(text, head if head in PEER_MODES else base, drafter or None, weights, tuple(options.items()))
+    return Mode(text, head if head in PEER_MODES else base, drafter or None, weights, tuple(options.items()), tree,
+                tree_nodes)
 
 
 def mode_config(config: GenerationConfig, mode: Mode) -> GenerationConfig:
     """`config` (the run's settings) as this mode decodes it: its loop, its drafter and the drafter's options."""
     return replace(config, mode=mode.base, drafter=mode.drafter or config.drafter,
-                   drafter_options={**config.drafter_options, **dict(mode.options)})
+                   drafter_options={**config.drafter_options, **dict(mode.options)},
+                   tree=mode.tree if mode.base == "spec" else "chain", tree_nodes=mode.tree_nodes or config.tree_nodes)
 
 
 def _number(value: str) -> object:

@@ -32,6 +32,8 @@ TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters wit
 # undercounts heads at short drafts (every head runs whatever d is asked); quant alone: 1.3-2.5x.
 MIX_MODELS = ("quant",)
 # Each drafter's own knobs; drafters not listed have none (the model drafters share the config's dynamic_k).
+# The drafters that can draft each kind of tree (`--tree`); every drafter drafts a chain.
+TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"dynamic": ("heads",)}
 OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
                             "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions}
 OPTION_NAMES = tuple(sorted({f.name for cls in set(OPTIONS.values()) for f in fields(cls)}))
@@ -51,10 +53,14 @@ def drafter_options(name: str, values: Mapping[str, object]):
     return cls(**{key: value for key, value in values.items() if key in own})
 
 
-def check_drafter(name: str, values: Mapping[str, object], lm: LoadedModel) -> None:
-    """Raise SpecDecError with a one-line message for an unknown drafter or a bad option of it."""
+def check_drafter(name: str, values: Mapping[str, object], lm: LoadedModel, tree: str = "chain") -> None:
+    """Raise SpecDecError with a one-line message for an unknown drafter, a bad option of it, or a tree it
+    cannot draft."""
     if name not in DRAFTERS:
         raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
+    if tree != "chain" and name not in TREE_DRAFTERS.get(tree, ()):
+        raise SpecDecError(f"drafter {name!r} cannot draft a {tree} tree: use {', '.join(TREE_DRAFTERS.get(tree, ()))} "
+                           f"or --tree chain")
     options = drafter_options(name, values)
     if options is not None:
         options.validate(lm.model.config.num_hidden_layers)
@@ -89,7 +95,7 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
     if name == "heads":
         heads = drafter_module(lm, "heads", MedusaHeads)
         return HeadsDrafter(heads, module_vocab(heads, lm.model.lm_head.weight), lm.model.config.num_hidden_layers,
-                            config.dynamic_k)
+                            config.dynamic_k, config.tree_nodes if config.tree != "chain" else None)
     if name == "eagle":
         net = drafter_module(lm, "eagle", EagleNet)
         return EagleDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, config.dynamic_k)
@@ -113,7 +119,7 @@ def _verify_ratios(costs: DraftCosts | None, name: str, k: int) -> dict[int, flo
     return {d: r for d, r in costs.verify_ratios.items() if d <= k}
 
 
-__all__ = ["DRAFTERS", "MIX_MODELS", "OPTIONS", "OPTION_NAMES", "TRAINED", "BlockDrafter", "BlockNet", "Draft",
+__all__ = ["DRAFTERS", "MIX_MODELS", "OPTIONS", "OPTION_NAMES", "TRAINED", "TREE_DRAFTERS", "BlockDrafter", "BlockNet", "Draft",
            "DraftModelDrafter", "DraftNet", "Drafter", "EagleDrafter", "EagleNet", "HeadsDrafter", "MedusaHeads",
            "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "check_drafter",
            "costs_needed", "drafter_options", "early_exit_model", "make_drafter", "module_vocab"]

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from ..models import LoadedModel
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
+from ..trees import best_blind_tree
 from ..drafting import Draft, Drafter, draft_chain, model_draft
 from .vocab import ReducedVocab
 
@@ -49,8 +50,11 @@ class HeadsDrafter(Drafter):
 
     name = "heads"
 
-    def __init__(self, heads: MedusaHeads, vocab: ReducedVocab, final_layer: int, dynamic_k: float | None = None) -> None:
+    def __init__(self, heads: MedusaHeads, vocab: ReducedVocab, final_layer: int, dynamic_k: float | None = None,
+                 tree_nodes: int | None = None) -> None:
+        """tree_nodes: draft a tree of that many nodes (`trees/build.py`) instead of the chain."""
         self.heads = heads.eval()
+        self.tree_nodes = tree_nodes
         self.vocab = vocab
         self.hidden_layers = (final_layer,)
         self.dynamic_k = dynamic_k
@@ -73,6 +77,12 @@ class HeadsDrafter(Drafter):
         if self.state is None:
             return Draft([], None)
         logits = self.vocab.logits(self.heads(self.state.to(self.vocab.weight.dtype)))  # (heads, N)
+        if self.tree_nodes:
+            # Head i's guess ignores the drafts before it, so each depth has one q and the best tree is exact.
+            q = torch.stack([logits_to_probs(penalise_repeats(self.vocab.expand(row), context, params.repetition_penalty),
+                                             params) for row in logits[:k]])  # (depth, V)
+            tokens, parents, probs = best_blind_tree(q, self.tree_nodes)
+            return Draft(tokens, None, confidence=probs, parents=parents)
         # Head i guesses blind to the drafts before it: its row ignores `prev`.
         return model_draft(*draft_chain(lambda i, prev: self.vocab.expand(logits[i]), context, min(k, len(logits)),
                                         params, generator, self.dynamic_k))

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decode import (DecodeState, GenerationConfig, Stopper, commit, emit, first_token, prefill_event, step_event,
-                      verify_row)
+from ..decode import (DecodeState, GenerationConfig, Stopper, commit, commit_tree, emit, first_token, prefill_event,
+                      step_event, tree_event, verify_row, verify_tree)
 from ..costmodel import DraftCosts
 from ..drafters import Draft, Drafter, NgramDrafter, drafter_options, make_drafter
 from ..drafters.ngram import SurvivalStats
@@ -35,6 +35,7 @@ from ..models import LoadedModel
 from ..target import synchronize
 from ..trace import Piecer, StepEvent
 from ..batch import RaggedCache, batch_forward
+from ..trees import row_parents
 from .costs import CostTable
 from .schedulers import Candidate, Scheduler
 
@@ -220,14 +221,16 @@ class ServingEngine:
     def _decode(self, prefill_s: float) -> list[Request]:
         start = self.clock()
         drafts, draft_s = self._drafts()
-        candidates = [Candidate(d, self._limit(r)) for d, r in zip(drafts, self.active) if d is not None]
+        # A chain's verify length is the scheduler's; a tree is verified whole (its size is its drafter's choice).
+        candidates = [Candidate(d, self._limit(r)) for d, r in zip(drafts, self.active) if d is not None and not d.is_tree]
         chosen = iter(self.scheduler.verify_lengths(candidates, self.costs, draft_s) if candidates else [])
-        lengths = [next(chosen) if d is not None else 0 for d in drafts]
+        lengths = [0 if d is None else len(d.tokens) if d.is_tree else next(chosen) for d in drafts]
         rows = [[r.state.tokens[-1]] + (d.tokens[:n] if d else []) for r, d, n in zip(self.active, drafts, lengths)]
+        trees = [row_parents(d.parents) if d is not None and d.is_tree else None for d in drafts]
         hidden_layers = tuple(sorted({layer for r in self.active if r.state.drafter for layer in r.state.drafter.hidden_layers}))
         forward_start = self.clock()
         with torch.inference_mode():
-            logits, hidden = batch_forward(self.lm.model, self.cache, 0, rows, hidden_layers)
+            logits, hidden = batch_forward(self.lm.model, self.cache, 0, rows, hidden_layers, trees=trees)
         synchronize(self.lm.device)
         verify_s = self.clock() - forward_start
         for slot, (request, draft, n) in enumerate(zip(self.active, drafts, lengths)):
@@ -243,6 +246,16 @@ class ServingEngine:
         """Verify one row with the one-request loop's own functions, then roll its cache back."""
         state = request.state
         context = state.tokens
+        if draft is not None and draft.is_tree:
+            verdict, p, choices = verify_tree(state, request.config.sampling, draft, logits)
+            self.cache.keep(slot, n + 1, verdict.rows)  # the accepted path's keys/values, in order
+            state.target_forwards += 1
+            appended = commit_tree(state, request.stopper, draft, verdict, hidden)
+            if request.events is not None:
+                request.events.append(tree_event(request.config, self.piecer, len(request.events), context, draft,
+                                                 appended, verdict, p, choices, draft_s, verify_s, state.target_forwards))
+            request.records.append(StepRecord(n, n, len(verdict.path), len(appended), list(draft.confidence or []), -1))
+            return
         drafted = draft.tokens[:n] if draft else []
         verdict = verify_row(state, request.config.sampling, draft, drafted, logits)
         self.cache.lengths[slot] -= len(drafted) - verdict.accepted  # rollback: forget the rejected drafts

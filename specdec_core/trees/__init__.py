@@ -1,0 +1,21 @@
+"""Draft trees: many candidate continuations verified in one target forward.
+
+A chain drafter bets every draft on its first guess; a tree keeps the second- and third-ranked guesses
+as siblings, so one wrong guess at depth 1 no longer throws the whole step away. A tree is a `Draft`
+whose `parents` name each node's parent (-1: the context's last token); a chain is the tree with one
+child per node (`parents is None`, today's fast path).
+
+- `shape.py`: the flattened tree as the target reads it: forward rows, depths (RoPE positions) and the
+  ancestor mask (a node sees the cache, its ancestors and itself, never a sibling or a cousin);
+- `build.py`: which nodes to draft (best-N by cumulative draft probability);
+- `verify.py`: greedy (the longest root path that matches the target's argmax) and lossless sampling
+  over siblings (recursive rejection sampling, as in SpecInfer), with the proof of what it assumes.
+"""
+from .build import best_blind_tree
+from .shape import ancestor_mask, children, node_depths, row_parents, row_positions
+from .verify import TreeVerdict, process_tree_logits, verify_siblings, verify_tree_greedy, verify_tree_sampled
+
+TREES = ("chain", "dynamic")
+
+__all__ = ["TREES", "TreeVerdict", "ancestor_mask", "best_blind_tree", "children", "node_depths", "row_parents",
+           "process_tree_logits", "row_positions", "verify_siblings", "verify_tree_greedy", "verify_tree_sampled"]

@@ -1,0 +1,273 @@
+"""Draft trees (specdec_core/trees): the tree-attention forward reads each root path exactly as a chain
+would, the accepted path's keys/values are compacted into a cache equal to a fresh prefill, greedy tree
+decoding is identical to AR (one request and batched), and multi-candidate sampling is lossless. Every
+property test has a negative control that must fail.
+"""
+import itertools
+import math
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import specdec_core as sd
+import specdec_core.sampling as sampling
+import specdec_core.trees.verify as tree_verify
+from specdec_core import llama
+from specdec_core.drafting import Draft, Drafter
+from specdec_core.errors import SpecDecError
+from specdec_core.models import build_tiny
+from specdec_core.serving import engine as engine_module
+from specdec_core.target import Target
+from specdec_core.trees import best_blind_tree, row_parents, verify_siblings, verify_tree_greedy
+from test_exactness import random_prompts
+from test_serving import PROMPT, SAMPLING, second_token_distribution, serve
+
+# A tree of six nodes over a 7-token context: the root has children 0 and 1, node 0 has 2 and 3, ...
+TOKENS = [11, 12, 13, 14, 15, 16]
+PARENTS = [-1, -1, 0, 0, 1, 2]
+CONTEXT = [901, 902, 903, 904, 905, 906, 907]
+
+
+@pytest.fixture(scope="module")
+def tiny64(tiny):
+    """tiny's architecture in float64 (a fresh, unpacked copy): every comparison below is exact to
+    ~1e-12, so 1e-5 separates a right mask from a wrong one by many orders of magnitude."""
+    return build_tiny(len(tiny.tokenizer)).double().eval()
+
+
+def root_path(node: int) -> list[int]:
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = PARENTS[node]
+    return path[::-1]
+
+
+def prefilled(model, ids: list[int]) -> DynamicCache:
+    cache = DynamicCache(config=model.config)
+    llama.forward(model, cache, torch.tensor([ids]))
+    return cache
+
+
+@torch.inference_mode()
+def tree_vs_paths(model) -> float:
+    """The largest logit difference between the tree forward's row of each node and a chain forward of
+    that node's root path."""
+    cache = prefilled(model, CONTEXT[:-1])
+    tree_logits, _ = llama.forward(model, cache, torch.tensor([[CONTEXT[-1]] + TOKENS]), tree=row_parents(PARENTS))
+    worst = 0.0
+    for node in range(len(TOKENS)):
+        chain = prefilled(model, CONTEXT[:-1])
+        logits, _ = llama.forward(model, chain, torch.tensor([[CONTEXT[-1]] + [TOKENS[i] for i in root_path(node)]]))
+        worst = max(worst, float((logits[0, -1] - tree_logits[0, node + 1]).abs().max()))
+    return worst
+
+
+def test_tree_attention_equals_each_root_path(tiny64):
+    assert tree_vs_paths(tiny64) < 1e-5
+
+
+def test_a_mask_that_lets_siblings_see_each_other_is_caught(tiny64, monkeypatch):
+    monkeypatch.setattr(llama, "ancestor_mask", lambda past, rows, device: torch.ones(len(rows), past + len(rows), dtype=torch.bool))
+    assert tree_vs_paths(tiny64) > 1e-3
+
+
+def test_positions_by_row_instead_of_depth_are_caught(tiny64, monkeypatch):
+    monkeypatch.setattr(llama, "row_positions", lambda rows: list(range(len(rows))))
+    assert tree_vs_paths(tiny64) > 1e-3
+
+
+@torch.inference_mode()
+def after_keep(model, keep) -> float:
+    """Verify the tree, keep the path root -> 0 -> 2 -> 5, feed one more token: its logits against a fresh
+    prefill of the accepted text."""
+    cache = prefilled(model, CONTEXT[:-1])
+    llama.forward(model, cache, torch.tensor([[CONTEXT[-1]] + TOKENS]), tree=row_parents(PARENTS))
+    path = [0, 2, 5]
+    keep(cache, len(TOKENS) + 1, [0] + [n + 1 for n in path])
+    accepted = CONTEXT + [TOKENS[n] for n in path]
+    logits, _ = llama.forward(model, cache, torch.tensor([[77]]))
+    fresh, _ = llama.forward(model, prefilled(model, accepted), torch.tensor([[77]]))
+    assert cache.get_seq_length() == len(accepted) + 1
+    return float((logits - fresh).abs().max())
+
+
+def test_kv_compaction_equals_a_fresh_prefill(tiny64):
+    assert after_keep(tiny64, Target.keep) < 1e-5
+
+
+def test_cropping_without_compacting_is_caught(tiny64):
+    assert after_keep(tiny64, lambda cache, new, rows: cache.crop(len(rows) - new)) > 1e-3
+
+
+# --- building and verifying -------------------------------------------------------------------
+
+
+def test_best_blind_tree_finds_the_n_best_paths():
+    """Against brute force over every path of a small q: the same nodes, parents first, siblings by rank."""
+    q = torch.softmax(torch.randn(3, 5, generator=torch.Generator().manual_seed(1)) * 2, dim=-1)
+    scored = {path: sum(math.log(float(q[d, t])) for d, t in enumerate(path))
+              for depth in (1, 2, 3) for path in itertools.product(range(5), repeat=depth)}
+    for n in (1, 4, 9, 20):
+        tokens, parents, probs = best_blind_tree(q, n)
+        paths = []
+        for token, parent in zip(tokens, parents):
+            assert parent < len(paths)  # parents first
+            paths.append((paths[parent] if parent >= 0 else ()) + (token,))
+        best = sorted(scored.values(), reverse=True)[:n]
+        assert sorted((scored[p] for p in paths), reverse=True) == pytest.approx(best)
+        assert probs == pytest.approx([float(q[len(p) - 1, p[-1]]) for p in paths])
+        for parent in set(parents):  # siblings come in rank order
+            ranks = [probs[i] for i, pa in enumerate(parents) if pa == parent]
+            assert ranks == sorted(ranks, reverse=True)
+
+
+def test_greedy_tree_verification_follows_the_matching_sibling():
+    # rows: 0 root, 1..6 nodes 0..5; the target picks 12 at the root (node 1), then 15 (node 4), then 99
+    choices = [12, 0, 0, 0, 0, 15, 0]
+    choices[2] = 15  # row of node 1 -> its child node 4 has token 15
+    verdict = verify_tree_greedy(TOKENS, PARENTS, choices)
+    assert verdict.path == [1, 4] and verdict.rows == [0, 2, 5] and verdict.next_token == choices[5]
+    assert verify_tree_greedy(TOKENS, PARENTS, [99] * 7).path == []
+
+
+CASES = [((0.5, 0.3, 0.1, 0.1, 0.0), (0.1, 0.2, 0.3, 0.2, 0.2)),
+         ((0.05, 0.05, 0.8, 0.1), (0.7, 0.1, 0.1, 0.1)),
+         ((0.2, 0.2, 0.2, 0.2, 0.2), (0.6, 0.3, 0.05, 0.05, 0.0))]
+TRIALS = 6000
+
+
+def first_emitted(p: torch.Tensor, candidates, q, generator) -> int:
+    chosen, residual, _ = verify_siblings(p, candidates, q, generator)
+    return candidates[chosen] if chosen is not None else sampling.sample(residual, generator)
+
+
+def sibling_counts(draw, seed: int = 0) -> list[tuple[dict[int, int], torch.Tensor]]:
+    """For each case, the first emitted token's counts over TRIALS steps whose siblings come from `draw`."""
+    out = []
+    generator = torch.Generator().manual_seed(seed)
+    for p_values, q_values in CASES:
+        p, q = torch.tensor(p_values, dtype=torch.float64), torch.tensor(q_values, dtype=torch.float64)
+        counts: dict[int, int] = {}
+        for _ in range(TRIALS):
+            token = first_emitted(p, *draw(q, generator), generator)
+            counts[token] = counts.get(token, 0) + 1
+        out.append((counts, p))
+    return out
+
+
+def top_ranked(q, generator):  # the lab's trees: the drafter's 2 best tokens, chosen, not sampled
+    return torch.topk(q, 2).indices.tolist(), None
+
+
+def independent(q, generator):  # 3 siblings drawn with replacement from q
+    return [sampling.sample(q, generator) for _ in range(3)], q
+
+
+def without_replacement(q, generator):  # 2 distinct siblings, the second tested against the original q
+    first = sampling.sample(q, generator)
+    rest = q.clone()
+    rest[first] = 0
+    return [first, sampling.sample(rest / rest.sum(), generator)], q
+
+
+@pytest.mark.parametrize("draw", [top_ranked, independent], ids=["deterministic", "independent"])
+def test_multi_candidate_sampling_is_lossless(draw):
+    assert not any(sampling.chi2_rejects(counts, p, TRIALS) for counts, p in sibling_counts(draw))
+
+
+@pytest.mark.parametrize("draw", [top_ranked, independent], ids=["deterministic", "independent"])
+def test_not_updating_the_residual_between_siblings_is_caught(draw, monkeypatch):
+    monkeypatch.setattr(tree_verify, "residual_distribution", lambda p, q, token: p)
+    assert any(sampling.chi2_rejects(counts, p, TRIALS) for counts, p in sibling_counts(draw))
+
+
+def test_siblings_drawn_without_replacement_bias_the_rule():
+    """Why the lab's trees do not sample their siblings: the same rule on distinct samples is biased."""
+    assert any(sampling.chi2_rejects(counts, p, TRIALS) for counts, p in sibling_counts(without_replacement))
+
+
+# --- decoding with trees ----------------------------------------------------------------------
+
+
+def tree_config(**kw) -> sd.GenerationConfig:
+    return sd.GenerationConfig(**{**dict(mode="spec", drafter="heads", k=4, tree="dynamic", tree_nodes=8, max_new_tokens=20), **kw})
+
+
+def test_greedy_tree_decoding_equals_ar_tiny(tiny):
+    for prompt in random_prompts(6, seed=3):
+        expected = sd.generate(tiny, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids
+        result = sd.generate(tiny, prompt, tree_config())
+        assert result.token_ids == expected
+        steps = [s for s in result.trace.steps if s.tree_parents]
+        assert steps and all(len(s.drafted) == len(s.tree_parents) <= 8 for s in steps)
+
+
+def test_batched_greedy_tree_decoding_equals_ar_tiny(tiny):
+    prompts = random_prompts(5, seed=4)
+    configs = [tree_config(), sd.GenerationConfig(mode="spec", drafter="ngram", k=4, max_new_tokens=20),
+               tree_config(tree_nodes=3), sd.GenerationConfig(mode="ar", max_new_tokens=20), tree_config(tree_nodes=16)]
+    requests, engine = serve(tiny, prompts, configs)
+    for r, p in zip(requests, prompts):
+        assert r.output_ids == sd.generate(tiny, p, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids
+    assert max(s.tokens for s in engine.steps) > 5 * 2  # trees and chains were verified in one forward
+
+
+def test_greedy_tree_decoding_equals_ar_smollm2(smol):
+    prompts = [[{"role": "user", "content": t}] for t in ("Write a short story about a cat who learns to swim.",
+                                                           "What is the capital of France? Explain briefly.")]
+    for prompt in prompts:
+        expected = sd.generate(smol, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=24)).token_ids
+        for nodes in (4, 12):
+            assert sd.generate(smol, prompt, tree_config(tree_nodes=nodes, max_new_tokens=24)).token_ids == expected
+    requests, _ = serve(smol, prompts, [tree_config(max_new_tokens=24)] * 2)
+    for r, p in zip(requests, prompts):
+        assert r.output_ids == sd.generate(smol, p, sd.GenerationConfig(mode="ar", max_new_tokens=24)).token_ids
+
+
+TREE_N = 480
+
+
+class TopRankedTree(Drafter):
+    """A fixed tree: q's three best tokens at depth 1, each with q's best token as a child (deterministic)."""
+
+    def __init__(self, q: torch.Tensor) -> None:
+        self.q = q
+
+    def propose(self, context, k, params, generator) -> Draft:
+        top = torch.topk(self.q, 3).indices.tolist()
+        return Draft(top + [top[0]] * 3, None, confidence=[0.5] * 6, parents=[-1, -1, -1, 0, 1, 2])
+
+
+def batched_tree_second_tokens(lm, monkeypatch) -> dict[int, int]:
+    """TREE_N requests, 16 per batch: prefill + one tree step; count the second new token."""
+    exact = second_token_distribution(lm)
+    q = torch.zeros_like(exact)
+    q[torch.topk(exact, 8).indices[:4]] = 0.25  # the tree names 3 of the 4 most likely tokens
+    monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None, costs=None: TopRankedTree(q))
+    counts: dict[int, int] = {}
+    for start in range(0, TREE_N, 16):
+        configs = [sd.GenerationConfig(mode="spec", drafter="ngram", k=2, max_new_tokens=4, seed=start + i, **SAMPLING)
+                   for i in range(16)]
+        requests, _ = serve(lm, [PROMPT] * 16, configs)
+        for r in requests:
+            counts[r.output_ids[1]] = counts.get(r.output_ids[1], 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["lossless", "no-residual-update-is-caught"])
+def test_batched_tree_sampling_is_lossless_on_tiny(tiny, monkeypatch, broken):
+    if broken:
+        monkeypatch.setattr(tree_verify, "residual_distribution", lambda p, q, token: p)
+    counts = batched_tree_second_tokens(tiny, monkeypatch)
+    assert sampling.chi2_rejects(counts, second_token_distribution(tiny), TREE_N) == broken
+
+
+def test_bad_tree_settings_are_one_line_errors(tiny):
+    with pytest.raises(SpecDecError, match="cannot draft a dynamic tree"):
+        sd.generate(tiny, "hello", sd.GenerationConfig(mode="spec", drafter="ngram", tree="dynamic"))
+    with pytest.raises(SpecDecError, match="unknown tree"):
+        sd.generate(tiny, "hello", sd.GenerationConfig(mode="spec", drafter="heads", tree="bushy"))
+    with pytest.raises(SpecDecError, match="tree-nodes"):
+        sd.generate(tiny, "hello", tree_config(tree_nodes=1))
