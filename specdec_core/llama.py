@@ -97,17 +97,21 @@ def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tenso
     model's dtype and the requested hidden states {layer: (B, n, H)}, numbered as transformers numbers
     them: 0 = the embeddings, i = after decoder layer i, the last = after the final norm.
 
-    tree: the n rows as a draft tree, tree[i] = the row of i's parent (-1: the cache's last position).
-    Row i then sits at rotary position past + its depth and attends to the cache and its own ancestors
-    only (`trees/shape.py`); None is the chain, the causal case."""
+    tree: the last len(tree) >= n positions of cache + input as a draft tree, tree[i] = the index of row
+    i's parent in it (-1: the position before the tree). Each new row then sits at rotary position
+    start + its depth in that tree (0 for a row without a parent) and attends to everything before the tree (from `start`) and to its own
+    ancestors only (`trees/shape.py`). The target verifies a tree in one forward (len(tree) = n, its
+    first row the context's last token); a drafter grows one level by level, its earlier levels already
+    in its cache. None is the chain, the causal case."""
     b, n = input_ids.shape
     past = cache.get_seq_length()
     if tree is None:
         positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)  # (1, n)
         mask = causal_mask(past, n, input_ids.device)
     else:
-        positions = torch.tensor([past + d for d in row_positions(tree)], device=input_ids.device).unsqueeze(0)
-        mask = ancestor_mask(past, tree, input_ids.device)
+        start = past + n - len(tree)
+        positions = torch.tensor([start + d for d in row_positions(tree)[-n:]], device=input_ids.device).unsqueeze(0)
+        mask = ancestor_mask(start, tree, input_ids.device)[-n:]
     groups = model.config.num_attention_heads // model.config.num_key_value_heads
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float) -> torch.Tensor:

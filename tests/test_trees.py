@@ -271,3 +271,63 @@ def test_bad_tree_settings_are_one_line_errors(tiny):
         sd.generate(tiny, "hello", sd.GenerationConfig(mode="spec", drafter="heads", tree="bushy"))
     with pytest.raises(SpecDecError, match="tree-nodes"):
         sd.generate(tiny, "hello", tree_config(tree_nodes=1))
+
+
+# --- drafters growing trees -----------------------------------------------------------------------
+
+
+def first_step_records(lm, name: str, tree: str, monkeypatch, module) -> list:
+    """The first spec step of `name` on one prompt: the chain's (tokens, q rows) (first of the list), or
+    every (path, q) the first tree's expansion computed (the root's path is empty)."""
+    records: list = []
+    if tree == "chain":
+        real = module.model_draft
+        monkeypatch.setattr(module, "model_draft", lambda tokens, qs: records.append((list(tokens), list(qs))) or real(tokens, qs))
+    else:
+        real = module.expand_tree
+
+        def spy(root_q, children_q, depth, n_nodes, branch=4):
+            first = not records
+            if first:
+                records.append(([], root_q))
+
+            def recorded(tokens, rows, paths):
+                qs = children_q(tokens, rows, paths)
+                if first:
+                    records.extend(zip(paths, qs))
+                return qs
+            return real(root_q, recorded, depth, n_nodes, branch)
+        monkeypatch.setattr(module, "expand_tree", spy)
+    prompt = random_prompts(1, seed=5)[0]
+    sd.generate(lm, prompt, tree_config(drafter=name, tree=tree, tree_nodes=12, max_new_tokens=8))
+    return records
+
+
+@pytest.mark.parametrize("name", ["draft", "eagle"])
+def test_a_drafters_tree_reads_each_path_as_its_chain_would(smol, name, monkeypatch):
+    """Along the chain's own greedy drafts, the q a tree's level-by-level forward computes equals the
+    chain's q at the same position (the drafter's tree mask and positions are right); a mask that lets
+    siblings see each other is caught."""
+    from specdec_core.drafters import eagle, small_model
+    module = eagle if name == "eagle" else small_model
+    tokens, chain_q = first_step_records(smol, name, "chain", monkeypatch, module)[0]
+    monkeypatch.undo()
+
+    def worst(records) -> tuple[float, int]:
+        by_path = {tuple(path): q for path, q in records}
+        compared = [(by_path[tuple(tokens[:i])], chain_q[i]) for i in range(len(tokens)) if tuple(tokens[:i]) in by_path]
+        return max(float((a - b).abs().max()) for a, b in compared), len(compared)
+
+    difference, compared = worst(first_step_records(smol, name, "dynamic", monkeypatch, module))
+    assert compared >= 3 and difference < 1e-5
+    monkeypatch.setattr(module if name == "eagle" else llama, "ancestor_mask",
+                        lambda past, rows, device: torch.ones(len(rows), past + len(rows), dtype=torch.bool))
+    assert worst(first_step_records(smol, name, "dynamic", monkeypatch, module))[0] > 1e-4
+
+
+@pytest.mark.parametrize("name", ["draft", "eagle", "early-exit", "quant"])
+def test_greedy_dynamic_trees_of_every_tree_drafter_equal_ar_tiny(tiny, name):
+    for prompt in random_prompts(3, seed=6):
+        expected = sd.generate(tiny, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids
+        options = {"early_exit_layers": 1} if name == "early-exit" else {}  # tiny has two layers
+        assert sd.generate(tiny, prompt, tree_config(drafter=name, tree_nodes=10, drafter_options=options)).token_ids == expected

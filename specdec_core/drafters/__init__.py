@@ -33,7 +33,7 @@ TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters wit
 MIX_MODELS = ("quant",)
 # Each drafter's own knobs; drafters not listed have none (the model drafters share the config's dynamic_k).
 # The drafters that can draft each kind of tree (`--tree`); every drafter drafts a chain.
-TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"dynamic": ("heads",)}
+TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"dynamic": ("heads", "draft", "eagle", "early-exit", "quant")}
 OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
                             "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions}
 OPTION_NAMES = tuple(sorted({f.name for cls in set(OPTIONS.values()) for f in fields(cls)}))
@@ -76,6 +76,7 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
     """A fresh drafter (with its own state) for one request under `config` (a GenerationConfig), with the
     measured `costs` the drafters of `costs_needed` weigh their proposals by."""
     options = drafter_options(name, config.drafter_options)
+    nodes = config.tree_nodes if config.tree != "chain" else None
     if name in ("ngram", "ngram-fixed"):
         ratios = _verify_ratios(costs, name, config.k) if name == "ngram" else None
         return NgramDrafter(options.ngram_min, options.ngram_max, ratios)
@@ -85,20 +86,21 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
         return SimulatedDrafter(lm, options.hit_rate, horizon, seed=config.seed or 0)
     if name == "early-exit":
         model = early_exit_model(lm, options.early_exit_layers)
-        return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k)
+        return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k, tree_nodes=nodes)
     if name == "quant":
-        return quant_drafter(lm, options, config.dynamic_k)
+        return quant_drafter(lm, options, config.dynamic_k, nodes)
     if name == "draft":
         net = drafter_module(lm, "draft", DraftNet)
         model, vocab = serving_lm(net, lm.model)
-        return DraftModelDrafter(model, lm.device, name="draft", dynamic_k=config.dynamic_k, vocab=vocab, owned=net)
+        return DraftModelDrafter(model, lm.device, name="draft", dynamic_k=config.dynamic_k, vocab=vocab, owned=net,
+                                 tree_nodes=nodes)
     if name == "heads":
         heads = drafter_module(lm, "heads", MedusaHeads)
         return HeadsDrafter(heads, module_vocab(heads, lm.model.lm_head.weight), lm.model.config.num_hidden_layers,
-                            config.dynamic_k, config.tree_nodes if config.tree != "chain" else None)
+                            config.dynamic_k, nodes)
     if name == "eagle":
         net = drafter_module(lm, "eagle", EagleNet)
-        return EagleDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, config.dynamic_k)
+        return EagleDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, config.dynamic_k, nodes)
     if name in ("block", "block-parallel"):
         net = drafter_module(lm, name, BlockNet if name == "block" else ParallelBlockNet)
         return BlockDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, name, config.dynamic_k)

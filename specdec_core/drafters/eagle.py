@@ -23,8 +23,9 @@ import torch.nn.functional as F
 
 from .. import llama
 from ..models import LoadedModel
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
 from ..drafting import Draft, Drafter, draft_chain, model_draft
+from ..trees import ancestor_mask, expand_tree, row_positions
 from .vocab import ReducedVocab
 
 # Which target layers are fused, as fractions of the depth (`llama.depth_layer`): 2, 15, 27 of 30.
@@ -102,8 +103,11 @@ class EagleDrafter(Drafter):
 
     name = "eagle"
 
-    def __init__(self, net: EagleNet, vocab: ReducedVocab, target: torch.nn.Module, dynamic_k: float | None = None) -> None:
+    def __init__(self, net: EagleNet, vocab: ReducedVocab, target: torch.nn.Module, dynamic_k: float | None = None,
+                 tree_nodes: int | None = None) -> None:
+        """tree_nodes: draft EAGLE-2's dynamic tree of that many nodes (`trees/build.py`), not a chain."""
         self.net = net.eval()
+        self.tree_nodes = tree_nodes
         self.vocab = vocab
         self.target = target  # borrowed: token embeddings and rotary tables
         self.hidden_layers = tuple(sorted(set(net.config["layers"])))
@@ -133,18 +137,23 @@ class EagleDrafter(Drafter):
         self.pending = rows
         self.pending_at = self.start + (self.keys.shape[2] if self.keys is not None else 0)
 
-    def _step(self, feature: torch.Tensor, tokens: list[int], position: int, cache: tuple | None
-              ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def _step(self, feature: torch.Tensor, tokens: list[int], position: int, cache: tuple | None,
+              tree: list[int] | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Feed features (n, H) with the tokens that follow them at `position`..; -> output features (n, H)
-        and the cache grown by n rows."""
+        and the cache grown by n rows. tree: the cache's last len(tree) rows with these n as a draft tree
+        (as `llama.forward` reads it), `position` then the tree's first position."""
         n = len(tokens)
         embeds = F.embedding(torch.tensor([tokens], device=feature.device), self.target.model.embed_tokens.weight)
-        positions = torch.arange(position, position + n, device=feature.device).unsqueeze(0)
+        offsets = range(n) if tree is None else row_positions(tree)[-n:]
+        positions = torch.tensor([position + d for d in offsets], device=feature.device).unsqueeze(0)
         cos, sin = llama.rotary_tables(self.target, positions, feature.dtype)
         q, k, v = self.net.qkv(feature[None], embeds.to(feature.dtype), cos, sin)
         if cache is not None:
             k, v = torch.cat((cache[0], k), 2), torch.cat((cache[1], v), 2)
-        mask = llama.causal_mask(k.shape[2] - n, n, feature.device)
+        if tree is None:
+            mask = llama.causal_mask(k.shape[2] - n, n, feature.device)
+        else:
+            mask = ancestor_mask(k.shape[2] - len(tree), tree, feature.device)[-n:]
         out = self.net.finish(feature[None], self.net.attend(q, k, v, mask))
         return out[0], (k, v)
 
@@ -159,6 +168,8 @@ class EagleDrafter(Drafter):
         self.pending = None
         feature, cache = out[-1:], (self.keys, self.values)
         position = self.start + self.keys.shape[2]
+        if self.tree_nodes:
+            return self._propose_tree(feature, cache, position, context, k, params)
 
         def logits_at(i: int, prev: int) -> torch.Tensor:
             nonlocal feature, cache, position
@@ -168,6 +179,27 @@ class EagleDrafter(Drafter):
             return self.vocab.expand(self.vocab.logits(self.net.head_state(feature[-1])))  # (V,)
 
         return model_draft(*draft_chain(logits_at, context, k, params, generator, self.dynamic_k))
+
+    def _propose_tree(self, feature: torch.Tensor, cache: tuple, position: int, context: list[int], k: int,
+                      params: SamplingParams) -> Draft:
+        """EAGLE-2: each level's expanded nodes fed in one step, each with the output feature of the step
+        that proposed it (its parent's), under the tree mask; the tree's keys/values stay in the local
+        cache and are dropped with it (the drafter's own cache keeps verified positions only)."""
+        out = [feature[-1]]  # the feature each fed row's step put out, the root's first (row r at r + 1)
+
+        def q_of(state: torch.Tensor, history: list[int]) -> torch.Tensor:
+            logits = self.vocab.expand(self.vocab.logits(self.net.head_state(state)))
+            return logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
+
+        def children_q(tokens: list[int], tree: list[int], paths: list[list[int]]) -> torch.Tensor:
+            nonlocal cache
+            inputs = torch.stack([out[parent + 1] for parent in tree[-len(tokens):]])  # (m, H): the parents' outputs
+            outputs, cache = self._step(inputs, tokens, position, cache, tree=tree)
+            out.extend(outputs)
+            return torch.stack([q_of(state, context + path) for state, path in zip(outputs, paths)])
+
+        tokens, parents, probs = expand_tree(q_of(feature[-1], context), children_q, k, self.tree_nodes)
+        return Draft(tokens, None, confidence=probs, parents=parents)
 
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for t in (self.keys, self.values) if t is not None)

@@ -34,8 +34,9 @@ class QuantOptions:
             raise SpecDecError(f"quant-layers must be between 1 and {num_layers} (got {self.quant_layers})")
 
 
-def quant_drafter(lm: LoadedModel, options: QuantOptions, dynamic_k: float | None = None) -> DraftModelDrafter:
+def quant_drafter(lm: LoadedModel, options: QuantOptions, dynamic_k: float | None = None,
+                  tree_nodes: int | None = None) -> DraftModelDrafter:
     """A drafter over the (cached) quantised copy; its memory is the packed codes it adds to the target."""
     model = cached_copy(lm, options.quant_bits, options.quant_layers)
     owned = torch.nn.ModuleList(m for m in model.modules() if isinstance(m, (Int4Linear, Int8Linear)))
-    return DraftModelDrafter(model, lm.device, name="quant", dynamic_k=dynamic_k, owned=owned)
+    return DraftModelDrafter(model, lm.device, name="quant", dynamic_k=dynamic_k, owned=owned, tree_nodes=tree_nodes)

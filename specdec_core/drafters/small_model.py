@@ -13,8 +13,9 @@ from transformers import DynamicCache, LlamaForCausalLM
 from .. import llama
 from ..errors import SpecDecError
 from ..models import LoadedModel
-from ..sampling import SamplingParams
+from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
 from ..drafting import Draft, Drafter, choose_draft, draft_chain, model_draft
+from ..trees import expand_tree
 from .vocab import ReducedVocab
 
 
@@ -23,8 +24,10 @@ class DraftModelDrafter(Drafter):
 
     def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft",
                  dynamic_k: float | None = None, vocab: ReducedVocab | None = None,
-                 owned: torch.nn.Module | None = None) -> None:
+                 owned: torch.nn.Module | None = None, tree_nodes: int | None = None) -> None:
+        """tree_nodes: draft EAGLE-2's dynamic tree of that many nodes (`trees/build.py`), not a chain."""
         llama.check_supported(model)
+        self.tree_nodes = tree_nodes
         self.model = model.eval()
         self.device = device
         self.name = name
@@ -61,9 +64,32 @@ class DraftModelDrafter(Drafter):
 
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         first = self._sync_cache(context)
+        if self.tree_nodes:
+            return self._propose_tree(first, context, k, params)
         # Position 0 reads the synced cache's logits; every later one feeds the draft before it.
         return model_draft(*draft_chain(lambda i, prev: first if i == 0 else self._feed([prev]), context, k, params,
                                         generator, self.dynamic_k))
+
+    @torch.inference_mode()
+    def _propose_tree(self, first: torch.Tensor, context: list[int], k: int, params: SamplingParams) -> Draft:
+        """Grow the tree level by level (one forward of this model per level, over that level's expanded
+        nodes, with the tree mask over the levels before), then forget the tree's keys/values: the next
+        proposal catches the cache up with whatever the target accepted."""
+        fed = 0
+
+        def q_of(logits: torch.Tensor, history: list[int]) -> torch.Tensor:
+            return logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
+
+        def children_q(tokens: list[int], tree: list[int], paths: list[list[int]]) -> torch.Tensor:
+            nonlocal fed
+            logits, _ = llama.forward(self.model, self.cache, torch.tensor([tokens], device=self.device), tree=tree)
+            fed = len(tree)
+            return torch.stack([q_of(self._full(row), context + path) for row, path in zip(logits[0], paths)])
+
+        tokens, parents, probs = expand_tree(q_of(first, context), children_q, k, self.tree_nodes)
+        if fed:
+            self.cache.crop(-fed)
+        return Draft(tokens, None, confidence=probs, parents=parents)
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], contexts: list[list[int]], ks: list[int],
@@ -76,7 +102,7 @@ class DraftModelDrafter(Drafter):
         from ..batch import RaggedCache, batch_forward
 
         models = {id(d.model) for d in drafters}
-        if len(drafters) < 2 or len(models) > 1:
+        if len(drafters) < 2 or len(models) > 1 or any(d.tree_nodes for d in drafters):  # trees: one request at a time
             return super().propose_batch(drafters, contexts, ks, params, generators)
         model = drafters[0].model
         logits = [d._sync_cache(c) for d, c in zip(drafters, contexts)]

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Callable
 
 import torch
+
+from .shape import path_tokens
 
 
 def best_blind_tree(q: torch.Tensor, n_nodes: int) -> tuple[list[int], list[int], list[float]]:
@@ -45,3 +48,54 @@ def best_blind_tree(q: torch.Tensor, n_nodes: int) -> tuple[list[int], list[int]
                 heapq.heappush(heap, (-(prefix + math.log(values[d][r])), pushed, at, d, r))
                 pushed += 1
     return tokens, parents, probs
+
+
+BRANCH = 4  # EAGLE-2 expands the top K nodes of each level, K children each (K = 10 on a GPU; this CPU reads fewer)
+
+
+def expand_tree(root_q: torch.Tensor, children_q: Callable[[list[int], list[int], list[list[int]]], torch.Tensor],
+                depth: int, n_nodes: int, branch: int = BRANCH) -> tuple[list[int], list[int], list[float]]:
+    """EAGLE-2's dynamic tree for a drafter whose guesses depend on the tokens before them.
+
+    Level 1: the `branch` best tokens of root_q (V,). Each further level: the `branch` best nodes of the
+    level before (by score, the path's cumulative q) are fed to the drafter in one call,
+    children_q(tokens, tree, paths) -> (len(tokens), V): the drafter reads `tokens` as the last rows of
+    `tree` (every row it has been fed this proposal, each row's parent row, -1: the context; what
+    `llama.forward` reads as `tree`) and returns q after each, `paths` being each one's root path (for a
+    repetition penalty). Their `branch` best children join the candidates. Then the n_nodes best
+    candidates by score (ancestor-closed: a child never outscores its parent) are the tree. Returns its
+    tokens, parents (-1: the root) and each node's own q, parents-first."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    probs: list[float] = []
+    scores: list[float] = []
+    fed: dict[int, int] = {}  # candidate -> its row in what the drafter has been fed
+    tree: list[int] = []
+
+    def add_children(q: torch.Tensor, parent: int) -> list[int]:
+        values, ids = torch.topk(q.float(), min(branch, q.shape[-1]))
+        base = scores[parent] if parent >= 0 else 0.0
+        added = []
+        for value, token in zip(values.tolist(), ids.tolist()):
+            if value > 0:
+                added.append(len(tokens))
+                tokens.append(token)
+                parents.append(parent)
+                probs.append(value)
+                scores.append(base + math.log(value))
+        return added
+
+    level = add_children(root_q, -1)
+    for _ in range(depth - 1):
+        expand = sorted(level, key=lambda node: -scores[node])[:branch]
+        if not expand:
+            break
+        for node in expand:
+            tree.append(fed.get(parents[node], -1))  # an expanded node's parent was expanded the level before
+            fed[node] = len(tree) - 1
+        rows = children_q([tokens[node] for node in expand], tree, [path_tokens(tokens, parents, node) for node in expand])
+        level = [child for node, q in zip(expand, rows) for child in add_children(q, node)]
+    keep = sorted(sorted(range(len(tokens)), key=lambda node: -scores[node])[:n_nodes])  # parents-first order
+    index = {node: i for i, node in enumerate(keep)}
+    return ([tokens[node] for node in keep], [index[parents[node]] if parents[node] >= 0 else -1 for node in keep],
+            [probs[node] for node in keep])

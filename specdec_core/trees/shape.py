@@ -18,6 +18,15 @@ def node_depths(parents: list[int]) -> list[int]:
     return depths
 
 
+def path_tokens(tokens: list[int], parents: list[int], node: int) -> list[int]:
+    """The tokens from the root down to `node`, itself included."""
+    path = []
+    while node >= 0:
+        path.append(tokens[node])
+        node = parents[node]
+    return path[::-1]
+
+
 def children(parents: list[int]) -> dict[int, list[int]]:
     """node -> its children in node order (-1: the root's). Node order is sibling rank order."""
     kids: dict[int, list[int]] = {}
@@ -40,8 +49,8 @@ def row_positions(rows: list[int]) -> list[int]:
 
 
 def ancestor_mask(past: int, rows: list[int], device: torch.device) -> torch.Tensor:
-    """(n, past+n) bool: row i sees every cached position and the rows on its own root path (itself
-    included). For a chain (rows[i] = i-1) this is exactly the causal mask."""
+    """(n, past+n) bool: row i sees every position before `past` and the rows on its own root path
+    (itself included). For a chain (rows[i] = i-1) this is exactly the causal mask."""
     n = len(rows)
     seen = torch.zeros(n, n, dtype=torch.bool)
     for i, parent in enumerate(rows):
