@@ -41,7 +41,8 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
                    help="stop drafting when the draft's top probability falls below T")
     p.add_argument("--tree", default="chain",
                    help="spec: verify the drafts as a chain (default) or a dynamic tree of the drafter's best guesses (heads)")
-    p.add_argument("--tree-nodes", type=int, default=8, metavar="N", help="a tree's size: drafts per verify forward (default 8)")
+    p.add_argument("--tree-nodes", type=int, default=0, metavar="N",
+                   help="a tree's size, drafts per verify forward (default 0: each step, the size that pays on this machine's measured costs)")
     p.add_argument("--window", type=int, default=16, help="nar/jacobi window (default 16)")
     p.add_argument("--hit-rate", type=float, default=0.7, help="sim drafter: chance each draft is right")
     p.add_argument("--ngram-min", type=int, default=1)
@@ -211,6 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "reliability tables, AUC; the shipped temperatures on the held-out test half) to OUT as JSON")
     ed.add_argument("--device", default="auto")
 
+    ts = sub.add_parser("tree-shape", help="measure the heads' rank accuracies on held-out data: the shape of their "
+                                            "static (Medusa) tree, recorded beside the shipped weights")
+    ts.add_argument("--model", default="smollm2-135m")
+    ts.add_argument("--data", type=Path, help="the corpus folder (default: the committed data/MODEL)")
+    ts.add_argument("--ranks", type=int, default=8, help="guesses per depth to measure (default 8)")
+    ts.add_argument("--limit", type=int, default=0, help="at most N held-out sequences (default all)")
+    ts.add_argument("--device", default="auto")
+
     sub.add_parser("prepare", help="convert the model once into the local cache")
     return parser
 
@@ -291,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "train-curve":
             from .training.cli import run_train_curve_command
             run_train_curve_command(args)
+        elif args.command == "tree-shape":
+            from .training.cli import run_tree_shape_command
+            run_tree_shape_command(args)
         elif args.command == "prepare":
             cmd_prepare(args)
     except SpecDecError as err:

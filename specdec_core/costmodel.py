@@ -24,6 +24,7 @@ from .drafting import Drafter
 from .models import LoadedModel
 from .sampling import SamplingParams
 from .target import Target, synchronize
+from .trees import AUTO_NODES
 
 
 @dataclass
@@ -143,7 +144,7 @@ _ONE_TOKEN_S: dict[tuple, float] = {}  # the 1-token forward those ratios are re
 _VERIFY_RATIOS_LOCK = threading.Lock()  # app sessions share a process: measure once, not once per session
 
 
-def verify_ratios(lm: LoadedModel, k_max: int = 16) -> dict[int, float]:
+def verify_ratios(lm: LoadedModel, k_max: int = AUTO_NODES) -> dict[int, float]:
     """d -> cost of verifying d drafts (d+1 tokens) over a plain 1-token step, d = 0..k_max, on this
     machine. Measured once per process and model (~2 s), interpolated between measured sizes, and made
     non-decreasing (a longer forward never costs less; dips are noise)."""
@@ -165,7 +166,8 @@ _DRAFT_COSTS: dict[tuple, float] = {}
 @dataclass(frozen=True)
 class DraftCosts:
     """What a cost-aware drafter weighs its proposals by, measured on this machine and handed to it when
-    it is built: verify_ratios[d] = verifying d drafts (d+1 tokens) over a plain 1-token step, d = 0..16;
+    it is built: verify_ratios[d] = verifying d drafts (d+1 tokens) over a plain 1-token step, d = 0..32
+    (a chain drafts at most 16, a tree sized by these ratios keeps at most trees.AUTO_NODES = 32 nodes);
     draft_c[name] = one draft step of drafter `name` over that same step."""
 
     verify_ratios: dict[int, float]
@@ -192,11 +194,11 @@ def _ratios_key(lm: LoadedModel) -> tuple:
 
 
 def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], float]:
-    sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17)
+    sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17, 25, AUTO_NODES + 1)
     cm = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
                    forward_s=measure_forward_times(lm, sizes, repeats=3))
     ratios, floor = {}, 1.0
-    for d in range(0, 17):
+    for d in range(0, AUTO_NODES + 1):
         floor = max(floor, cm.verify_ratio(d))
         ratios[d] = floor
     return ratios, cm.seconds(1)

@@ -40,7 +40,7 @@ class GenerationConfig:
     k: int = 4
     dynamic_k: float | None = None  # model drafters stop drafting when q's top probability falls below this
     tree: str = "chain"  # spec: the drafts as one chain, or a tree of the drafter's best guesses (trees/)
-    tree_nodes: int = 8  # a tree's size: the drafts one verify forward reads
+    tree_nodes: int = 0  # a tree's size (the drafts one verify forward reads); 0: what pays on this machine, each step
     window: int = 16  # nar / jacobi
     max_new_tokens: int = 64
     temperature: float = 0.0
@@ -58,6 +58,11 @@ class GenerationConfig:
         return SamplingParams(self.temperature, self.top_k, self.top_p, self.repetition_penalty, self.seed)
 
     @property
+    def sized_tree(self) -> bool:
+        """Does it draft trees sized by the measured cost table (so its drafter is built with the costs)?"""
+        return self.mode == "spec" and self.tree != "chain" and self.tree_nodes == 0
+
+    @property
     def label(self) -> str:
         if self.mode != "spec":
             return self.mode
@@ -72,8 +77,9 @@ class GenerationConfig:
             raise SpecDecError(f"k must be between 1 and {MAX_K} (got {self.k})")
         if self.tree not in TREES:
             raise SpecDecError(f"unknown tree {self.tree!r}: choose one of {', '.join(TREES)}")
-        if not 2 <= self.tree_nodes <= MAX_TREE_NODES:
-            raise SpecDecError(f"tree-nodes must be between 2 and {MAX_TREE_NODES} (got {self.tree_nodes})")
+        if self.tree_nodes != 0 and not 2 <= self.tree_nodes <= MAX_TREE_NODES:
+            raise SpecDecError(f"tree-nodes must be 0 (sized by this machine's costs) or between 2 and {MAX_TREE_NODES} "
+                               f"(got {self.tree_nodes})")
         if self.dynamic_k is not None and not 0 < self.dynamic_k < 1:
             raise SpecDecError(f"dynamic-k threshold must be in (0, 1) (got {self.dynamic_k})")
         if not 1 <= self.window <= 64:

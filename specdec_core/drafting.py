@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from .sampling import SamplingParams, logits_to_probs, penalise_repeats, sample
+from .trees.build import Tree, TreeSize
 
 
 @dataclass
@@ -109,6 +110,13 @@ def draft_chain(logits_at: Callable[[int, int], torch.Tensor], context: list[int
         tokens.append(prev)
         qs.append(chosen[1])
     return tokens, qs
+
+
+def tree_draft(tree: Tree, size: TreeSize) -> Draft:
+    """A tree drafter's Draft, cut to its size. The nodes were chosen, not sampled: q is None (one-hot
+    proposals, `trees/verify.py`); confidence is each node's q at its parent."""
+    tree = size.cut(tree)
+    return Draft(tree.tokens, None, confidence=tree.probs, parents=tree.parents)
 
 
 def model_draft(tokens: list[int], qs: list[torch.Tensor]) -> Draft:

@@ -40,10 +40,10 @@ def drafter_factory(lm: LoadedModel, name: str) -> Callable[[], Drafter]:
     return lambda: make_drafter(name, lm, config, drafter_costs(lm, name))
 
 
-def drafter_costs(lm: LoadedModel, name: str) -> DraftCosts | None:
+def drafter_costs(lm: LoadedModel, name: str, sized_tree: bool = False) -> DraftCosts | None:
     """The measured costs drafter `name` is built with (None if it weighs nothing), measured the first
     time a process asks and reused after that."""
-    needed = costs_needed(name)
+    needed = costs_needed(name, sized_tree)
     if needed is None:
         return None
     return draft_costs(lm, {other: drafter_factory(lm, other) for other in needed})
@@ -53,7 +53,7 @@ def build_drafter(lm: LoadedModel, config: GenerationConfig) -> Drafter | None:
     """The request's drafter (None unless the mode is spec), with the costs it needs."""
     if config.mode != "spec":
         return None
-    return make_drafter(config.drafter, lm, config, drafter_costs(lm, config.drafter))
+    return make_drafter(config.drafter, lm, config, drafter_costs(lm, config.drafter, config.sized_tree))
 
 
 def prepare(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False) -> DecodeState:

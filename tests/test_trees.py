@@ -19,7 +19,7 @@ from specdec_core.errors import SpecDecError
 from specdec_core.models import build_tiny
 from specdec_core.serving import engine as engine_module
 from specdec_core.target import Target
-from specdec_core.trees import best_blind_tree, row_parents, verify_siblings, verify_tree_greedy
+from specdec_core.trees import Tree, best_blind_tree, row_parents, verify_siblings, verify_tree_greedy
 from test_exactness import random_prompts
 from test_serving import PROMPT, SAMPLING, second_token_distribution, serve
 
@@ -110,7 +110,8 @@ def test_best_blind_tree_finds_the_n_best_paths():
     scored = {path: sum(math.log(float(q[d, t])) for d, t in enumerate(path))
               for depth in (1, 2, 3) for path in itertools.product(range(5), repeat=depth)}
     for n in (1, 4, 9, 20):
-        tokens, parents, probs = best_blind_tree(q, n)
+        tree = best_blind_tree(q, n)
+        tokens, parents, probs = tree.tokens, tree.parents, tree.probs
         paths = []
         for token, parent in zip(tokens, parents):
             assert parent < len(paths)  # parents first
@@ -118,9 +119,28 @@ def test_best_blind_tree_finds_the_n_best_paths():
         best = sorted(scored.values(), reverse=True)[:n]
         assert sorted((scored[p] for p in paths), reverse=True) == pytest.approx(best)
         assert probs == pytest.approx([float(q[len(p) - 1, p[-1]]) for p in paths])
+        assert tree.reach == pytest.approx([math.exp(scored[p]) for p in paths])
         for parent in set(parents):  # siblings come in rank order
             ranks = [probs[i] for i, pa in enumerate(parents) if pa == parent]
             assert ranks == sorted(ranks, reverse=True)
+
+
+@pytest.mark.parametrize("ratio", [lambda n: 1.0, lambda n: 1.0 + 0.04 * n, lambda n: 1.0 + 0.5 * n],
+                         ids=["free", "cpu-like", "steep"])
+def test_a_tree_sized_by_the_cost_table_keeps_what_pays(ratio):
+    """Against brute force: the kept size maximises (1 + the n highest reaches) / ratio(n), and the kept
+    nodes are those n, ancestor-closed."""
+    q = torch.softmax(torch.randn(4, 50, generator=torch.Generator().manual_seed(2)) * 3, dim=-1)
+    tree = best_blind_tree(q, 32)
+    ratios = {n: ratio(n) for n in range(0, 33)}
+    reach = sorted(tree.reach, reverse=True)
+    rates = [(1 + sum(reach[:n])) / ratios[n] for n in range(1, 33)]
+    sized = tree.sized(ratios)
+    assert len(sized.tokens) == 1 + max(range(32), key=lambda i: rates[i])
+    assert sorted(sized.reach, reverse=True) == pytest.approx(reach[:len(sized.tokens)])
+    assert all(parent < i for i, parent in enumerate(sized.parents))
+    if ratio(1) == ratio(30):
+        assert len(sized.tokens) == 32  # verifying more costs nothing: keep every node
 
 
 def test_greedy_tree_verification_follows_the_matching_sibling():
@@ -202,6 +222,16 @@ def test_greedy_tree_decoding_equals_ar_tiny(tiny):
         assert result.token_ids == expected
         steps = [s for s in result.trace.steps if s.tree_parents]
         assert steps and all(len(s.drafted) == len(s.tree_parents) <= 8 for s in steps)
+
+
+def test_trees_sized_by_this_machines_costs_decode_exactly_tiny(tiny):
+    sizes = set()
+    for prompt in random_prompts(3, seed=7):
+        expected = sd.generate(tiny, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids
+        result = sd.generate(tiny, prompt, tree_config(tree_nodes=0))
+        assert result.token_ids == expected
+        sizes |= {len(s.tree_parents) for s in result.trace.steps if s.tree_parents}
+    assert sizes and max(sizes) <= 32
 
 
 def test_batched_greedy_tree_decoding_equals_ar_tiny(tiny):
@@ -331,3 +361,55 @@ def test_greedy_dynamic_trees_of_every_tree_drafter_equal_ar_tiny(tiny, name):
         expected = sd.generate(tiny, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids
         options = {"early_exit_layers": 1} if name == "early-exit" else {}  # tiny has two layers
         assert sd.generate(tiny, prompt, tree_config(drafter=name, tree_nodes=10, drafter_options=options)).token_ids == expected
+
+
+# --- static (Medusa) trees --------------------------------------------------------------------------
+
+
+def test_static_trees_keep_their_shape_and_decode_exactly_tiny(tiny):
+    shapes = set()
+    for prompt in random_prompts(3, seed=8):
+        expected = sd.generate(tiny, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids
+        result = sd.generate(tiny, prompt, tree_config(tree="static", tree_nodes=9))
+        assert result.token_ids == expected
+        shapes |= {tuple(s.tree_parents) for s in result.trace.steps if len(s.tree_parents) == 9}
+    assert len(shapes) == 1  # one fixed shape wherever the whole tree fits (not cut short by the token limit)
+
+
+def test_static_shape_follows_the_rank_accuracies():
+    from specdec_core.trees import TreeSize, node_depths, static_shape
+
+    table = [[0.6, 0.2, 0.1], [0.3, 0.2, 0.1], [0.2, 0.05, 0.01]]
+    shape = static_shape(table, TreeSize(5))
+    paths = []
+    for rank, parent in zip(shape.tokens, shape.parents):
+        paths.append((paths[parent] if parent >= 0 else ()) + (rank,))
+    # the five rank paths of highest accuracy product: (0) .6, (0,0) .18, (1) .2, (0,1) .12, (2) .1 ties (1,0) .06 ...
+    assert set(paths) == {(0,), (1,), (0, 0), (0, 1), (2,)}
+    assert shape.within(1).tokens == [0, 1, 2] and node_depths(shape.within(1).parents) == [1, 1, 1]
+
+
+def test_rank_accuracy_counts_the_heads_guesses(tiny):
+    """On the smoke corpus: rank 0 at depth 1 is how often head 1's argmax is the target's token, counted
+    independently here; every depth's accuracies sum to at most 1."""
+    from specdec_core.drafters import MedusaHeads, module_vocab
+    from specdec_core.drafters.weights import drafter_module
+    from specdec_core.training.batches import load_splits, make_batch
+    from specdec_core.training.cli import smoke_corpus
+    from specdec_core.training.corpus import load_corpus
+    from specdec_core.training.tree_shape import rank_accuracy
+
+    corpus = load_corpus(smoke_corpus(tiny))
+    table = rank_accuracy(tiny, corpus, ranks=4)
+    assert all(sum(row) <= 1 + 1e-6 for row in table["rank_accuracy"])
+    heads = drafter_module(tiny, "heads", MedusaHeads)
+    vocab = module_vocab(heads, tiny.model.lm_head.weight)
+    final = tiny.model.config.num_hidden_layers
+    hits = anchors = 0
+    for sequence in load_splits(tiny, corpus, (final,), mode="online")[1]:
+        h = make_batch([sequence]).hidden[final][0]
+        guess = vocab.ids[vocab.logits(heads(h)[0]).argmax(-1)]
+        target = tiny.model.lm_head(h).argmax(-1)
+        hits += int((guess[:-1] == target[1:]).sum())
+        anchors += len(target) - 1
+    assert table["rank_accuracy"][0][0] == pytest.approx(hits / anchors, abs=1e-4)

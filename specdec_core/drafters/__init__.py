@@ -13,6 +13,7 @@ from ..costmodel import DraftCosts
 from ..drafting import Draft, Drafter
 from ..errors import SpecDecError
 from ..models import LoadedModel
+from ..trees import TreeSize, static_shape
 from .block import BlockDrafter, BlockNet, ParallelBlockNet
 from .draft import DraftNet, serving_lm
 from .eagle import EagleDrafter, EagleNet
@@ -23,7 +24,7 @@ from .quant import QuantOptions, quant_drafter
 from .sim import SimOptions, SimulatedDrafter
 from .small_model import DraftModelDrafter, EarlyExitOptions, early_exit_model
 from .vocab import ReducedVocab, module_vocab
-from .weights import drafter_module
+from .weights import drafter_module, rank_accuracy
 
 DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "quant", "draft", "heads", "eagle", "block", "block-parallel", "mix")
 TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters with trained weights (`train-draft --kind`)
@@ -33,7 +34,7 @@ TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters wit
 MIX_MODELS = ("quant",)
 # Each drafter's own knobs; drafters not listed have none (the model drafters share the config's dynamic_k).
 # The drafters that can draft each kind of tree (`--tree`); every drafter drafts a chain.
-TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"dynamic": ("heads", "draft", "eagle", "early-exit", "quant")}
+TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"static": ("heads",), "dynamic": ("heads", "draft", "eagle", "early-exit", "quant")}
 OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
                             "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions}
 OPTION_NAMES = tuple(sorted({f.name for cls in set(OPTIONS.values()) for f in fields(cls)}))
@@ -66,17 +67,29 @@ def check_drafter(name: str, values: Mapping[str, object], lm: LoadedModel, tree
         options.validate(lm.model.config.num_hidden_layers)
 
 
-def costs_needed(name: str) -> tuple[str, ...] | None:
+def costs_needed(name: str, sized_tree: bool = False) -> tuple[str, ...] | None:
     """What must be measured before `name` can be built: None nothing; () this machine's verify ratios;
-    a tuple of drafter names: the ratios and each of those drafters' draft-step cost."""
-    return {"ngram": (), "mix": MIX_MODELS}.get(name)
+    a tuple of drafter names: the ratios and each of those drafters' draft-step cost. sized_tree: it
+    drafts trees sized by the cost table (`--tree-nodes 0`), which weigh the verify ratios."""
+    return {"ngram": (), "mix": MIX_MODELS}.get(name, () if sized_tree else None)
+
+
+def _tree_size(config, costs: DraftCosts | None) -> TreeSize | None:
+    """The trees `config` asks for: None for a chain; a fixed size; or sized by this machine's verify costs."""
+    if config.tree == "chain":
+        return None
+    if config.tree_nodes:
+        return TreeSize(config.tree_nodes)
+    if costs is None:  # a caller's mistake, not a user's: see costs_needed
+        raise ValueError("a tree sized by the cost table needs this machine's measured verify ratios")
+    return TreeSize(0, costs.verify_ratios)
 
 
 def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = None) -> Drafter:
     """A fresh drafter (with its own state) for one request under `config` (a GenerationConfig), with the
     measured `costs` the drafters of `costs_needed` weigh their proposals by."""
     options = drafter_options(name, config.drafter_options)
-    nodes = config.tree_nodes if config.tree != "chain" else None
+    tree = _tree_size(config, costs)
     if name in ("ngram", "ngram-fixed"):
         ratios = _verify_ratios(costs, name, config.k) if name == "ngram" else None
         return NgramDrafter(options.ngram_min, options.ngram_max, ratios)
@@ -86,21 +99,22 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
         return SimulatedDrafter(lm, options.hit_rate, horizon, seed=config.seed or 0)
     if name == "early-exit":
         model = early_exit_model(lm, options.early_exit_layers)
-        return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k, tree_nodes=nodes)
+        return DraftModelDrafter(model, lm.device, name="early-exit", dynamic_k=config.dynamic_k, tree=tree)
     if name == "quant":
-        return quant_drafter(lm, options, config.dynamic_k, nodes)
+        return quant_drafter(lm, options, config.dynamic_k, tree)
     if name == "draft":
         net = drafter_module(lm, "draft", DraftNet)
         model, vocab = serving_lm(net, lm.model)
         return DraftModelDrafter(model, lm.device, name="draft", dynamic_k=config.dynamic_k, vocab=vocab, owned=net,
-                                 tree_nodes=nodes)
+                                 tree=tree)
     if name == "heads":
         heads = drafter_module(lm, "heads", MedusaHeads)
+        shape = static_shape(rank_accuracy(lm, "heads"), tree) if config.tree == "static" else None
         return HeadsDrafter(heads, module_vocab(heads, lm.model.lm_head.weight), lm.model.config.num_hidden_layers,
-                            config.dynamic_k, nodes)
+                            config.dynamic_k, tree, shape)
     if name == "eagle":
         net = drafter_module(lm, "eagle", EagleNet)
-        return EagleDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, config.dynamic_k, nodes)
+        return EagleDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, config.dynamic_k, tree)
     if name in ("block", "block-parallel"):
         net = drafter_module(lm, name, BlockNet if name == "block" else ParallelBlockNet)
         return BlockDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, name, config.dynamic_k)

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from .. import llama
 from ..models import LoadedModel
 from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
-from ..drafting import Draft, Drafter, draft_chain, model_draft
-from ..trees import ancestor_mask, expand_tree, row_positions
+from ..drafting import Draft, Drafter, draft_chain, model_draft, tree_draft
+from ..trees import TreeSize, ancestor_mask, expand_tree, row_positions
 from .vocab import ReducedVocab
 
 # Which target layers are fused, as fractions of the depth (`llama.depth_layer`): 2, 15, 27 of 30.
@@ -104,10 +104,10 @@ class EagleDrafter(Drafter):
     name = "eagle"
 
     def __init__(self, net: EagleNet, vocab: ReducedVocab, target: torch.nn.Module, dynamic_k: float | None = None,
-                 tree_nodes: int | None = None) -> None:
-        """tree_nodes: draft EAGLE-2's dynamic tree of that many nodes (`trees/build.py`), not a chain."""
+                 tree: TreeSize | None = None) -> None:
+        """tree: draft EAGLE-2's dynamic tree of that size (`trees/build.py`), not a chain."""
         self.net = net.eval()
-        self.tree_nodes = tree_nodes
+        self.tree = tree
         self.vocab = vocab
         self.target = target  # borrowed: token embeddings and rotary tables
         self.hidden_layers = tuple(sorted(set(net.config["layers"])))
@@ -168,7 +168,7 @@ class EagleDrafter(Drafter):
         self.pending = None
         feature, cache = out[-1:], (self.keys, self.values)
         position = self.start + self.keys.shape[2]
-        if self.tree_nodes:
+        if self.tree:
             return self._propose_tree(feature, cache, position, context, k, params)
 
         def logits_at(i: int, prev: int) -> torch.Tensor:
@@ -198,8 +198,7 @@ class EagleDrafter(Drafter):
             out.extend(outputs)
             return torch.stack([q_of(state, context + path) for state, path in zip(outputs, paths)])
 
-        tokens, parents, probs = expand_tree(q_of(feature[-1], context), children_q, k, self.tree_nodes)
-        return Draft(tokens, None, confidence=probs, parents=parents)
+        return tree_draft(expand_tree(q_of(feature[-1], context), children_q, k, self.tree.cap), self.tree)
 
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for t in (self.keys, self.values) if t is not None)

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from ..models import LoadedModel
 from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
-from ..trees import best_blind_tree
-from ..drafting import Draft, Drafter, draft_chain, model_draft
+from ..trees import Tree, TreeSize, best_blind_tree, node_depths
+from ..drafting import Draft, Drafter, draft_chain, model_draft, tree_draft
 from .vocab import ReducedVocab
 
 
@@ -51,10 +51,12 @@ class HeadsDrafter(Drafter):
     name = "heads"
 
     def __init__(self, heads: MedusaHeads, vocab: ReducedVocab, final_layer: int, dynamic_k: float | None = None,
-                 tree_nodes: int | None = None) -> None:
-        """tree_nodes: draft a tree of that many nodes (`trees/build.py`) instead of the chain."""
+                 tree: TreeSize | None = None, shape: Tree | None = None) -> None:
+        """tree: draft a tree of that size (`trees/build.py`) instead of the chain; shape: a static tree
+        (Medusa), its nodes' tokens the ranks of the guesses they take at their depth."""
         self.heads = heads.eval()
-        self.tree_nodes = tree_nodes
+        self.tree = tree
+        self.shape = shape
         self.vocab = vocab
         self.hidden_layers = (final_layer,)
         self.dynamic_k = dynamic_k
@@ -77,15 +79,27 @@ class HeadsDrafter(Drafter):
         if self.state is None:
             return Draft([], None)
         logits = self.vocab.logits(self.heads(self.state.to(self.vocab.weight.dtype)))  # (heads, N)
-        if self.tree_nodes:
+        if self.shape is not None:
+            return self._static(logits, context, k, params)
+        if self.tree:
             # Head i's guess ignores the drafts before it, so each depth has one q and the best tree is exact.
             q = torch.stack([logits_to_probs(penalise_repeats(self.vocab.expand(row), context, params.repetition_penalty),
                                              params) for row in logits[:k]])  # (depth, V)
-            tokens, parents, probs = best_blind_tree(q, self.tree_nodes)
-            return Draft(tokens, None, confidence=probs, parents=parents)
+            return tree_draft(best_blind_tree(q, self.tree.cap), self.tree)
         # Head i guesses blind to the drafts before it: its row ignores `prev`.
         return model_draft(*draft_chain(lambda i, prev: self.vocab.expand(logits[i]), context, min(k, len(logits)),
                                         params, generator, self.dynamic_k))
+
+    def _static(self, logits: torch.Tensor, context: list[int], k: int, params: SamplingParams) -> Draft:
+        """Medusa's static tree: the same shape every step, node i taking the guess of its rank at its depth."""
+        shape = self.shape.within(min(k, len(logits)))
+        depths = node_depths(shape.parents)
+        q = [logits_to_probs(penalise_repeats(self.vocab.expand(row), context, params.repetition_penalty), params)
+             for row in logits[:max(depths)]]
+        ranked = [torch.topk(row, max(shape.tokens) + 1) for row in q]  # (values, ids) per depth
+        tokens = [int(ranked[d - 1].indices[rank]) for d, rank in zip(depths, shape.tokens)]
+        probs = [float(ranked[d - 1].values[rank]) for d, rank in zip(depths, shape.tokens)]
+        return Draft(tokens, None, confidence=probs, parents=shape.parents)
 
     def memory_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.heads.parameters()) + \

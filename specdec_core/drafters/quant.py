@@ -17,6 +17,7 @@ from ..errors import SpecDecError
 from ..kernels import Int4Linear, Int8Linear
 from ..models import LoadedModel
 from ..quant import BITS, cached_copy
+from ..trees import TreeSize
 from .small_model import DraftModelDrafter
 
 
@@ -35,8 +36,8 @@ class QuantOptions:
 
 
 def quant_drafter(lm: LoadedModel, options: QuantOptions, dynamic_k: float | None = None,
-                  tree_nodes: int | None = None) -> DraftModelDrafter:
+                  tree: TreeSize | None = None) -> DraftModelDrafter:
     """A drafter over the (cached) quantised copy; its memory is the packed codes it adds to the target."""
     model = cached_copy(lm, options.quant_bits, options.quant_layers)
     owned = torch.nn.ModuleList(m for m in model.modules() if isinstance(m, (Int4Linear, Int8Linear)))
-    return DraftModelDrafter(model, lm.device, name="quant", dynamic_k=dynamic_k, owned=owned, tree_nodes=tree_nodes)
+    return DraftModelDrafter(model, lm.device, name="quant", dynamic_k=dynamic_k, owned=owned, tree=tree)

@@ -14,8 +14,8 @@ from .. import llama
 from ..errors import SpecDecError
 from ..models import LoadedModel
 from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
-from ..drafting import Draft, Drafter, choose_draft, draft_chain, model_draft
-from ..trees import expand_tree
+from ..drafting import Draft, Drafter, choose_draft, draft_chain, model_draft, tree_draft
+from ..trees import TreeSize, expand_tree
 from .vocab import ReducedVocab
 
 
@@ -24,10 +24,10 @@ class DraftModelDrafter(Drafter):
 
     def __init__(self, model: torch.nn.Module, device: torch.device, name: str = "draft",
                  dynamic_k: float | None = None, vocab: ReducedVocab | None = None,
-                 owned: torch.nn.Module | None = None, tree_nodes: int | None = None) -> None:
-        """tree_nodes: draft EAGLE-2's dynamic tree of that many nodes (`trees/build.py`), not a chain."""
+                 owned: torch.nn.Module | None = None, tree: TreeSize | None = None) -> None:
+        """tree: draft EAGLE-2's dynamic tree of that size (`trees/build.py`), not a chain."""
         llama.check_supported(model)
-        self.tree_nodes = tree_nodes
+        self.tree = tree
         self.model = model.eval()
         self.device = device
         self.name = name
@@ -64,7 +64,7 @@ class DraftModelDrafter(Drafter):
 
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         first = self._sync_cache(context)
-        if self.tree_nodes:
+        if self.tree:
             return self._propose_tree(first, context, k, params)
         # Position 0 reads the synced cache's logits; every later one feeds the draft before it.
         return model_draft(*draft_chain(lambda i, prev: first if i == 0 else self._feed([prev]), context, k, params,
@@ -86,10 +86,10 @@ class DraftModelDrafter(Drafter):
             fed = len(tree)
             return torch.stack([q_of(self._full(row), context + path) for row, path in zip(logits[0], paths)])
 
-        tokens, parents, probs = expand_tree(q_of(first, context), children_q, k, self.tree_nodes)
+        tree = expand_tree(q_of(first, context), children_q, k, self.tree.cap)
         if fed:
             self.cache.crop(-fed)
-        return Draft(tokens, None, confidence=probs, parents=parents)
+        return tree_draft(tree, self.tree)
 
     @classmethod
     def propose_batch(cls, drafters: list[Drafter], contexts: list[list[int]], ks: list[int],
@@ -102,7 +102,7 @@ class DraftModelDrafter(Drafter):
         from ..batch import RaggedCache, batch_forward
 
         models = {id(d.model) for d in drafters}
-        if len(drafters) < 2 or len(models) > 1 or any(d.tree_nodes for d in drafters):  # trees: one request at a time
+        if len(drafters) < 2 or len(models) > 1 or any(d.tree for d in drafters):  # trees: one request at a time
             return super().propose_batch(drafters, contexts, ks, params, generators)
         model = drafters[0].model
         logits = [d._sync_cache(c) for d, c in zip(drafters, contexts)]

@@ -89,6 +89,33 @@ def save_state(model: str, kind: str, tensors: dict[str, torch.Tensor], config: 
     return path
 
 
+def annotate(model: str, kind: str, key: str, value: object, root: Path | None = None) -> None:
+    """Record a measurement of a shipped file in its manifest entry (e.g. `tree`: its static tree's rank
+    accuracies). Retraining writes a fresh entry, so a measurement never outlives the weights it was of."""
+    path = weights_path(model, kind, root)
+    entry(model, kind, root)
+    manifest = _manifest(path.parent)
+    manifest["files"][path.name][key] = value
+    (path.parent / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+
+
+# tiny's heads have random weights and no data to measure a static tree on: this stand-in rank accuracy
+# (halving with each rank and each depth) only gives its static tree a Medusa-like, top-heavy shape for tests.
+TINY_RANK_ACCURACY = [[0.5 ** (d + r + 1) for r in range(8)] for d in range(4)]
+
+
+def rank_accuracy(lm, kind: str, root: Path | None = None) -> list[list[float]]:
+    """acc[d][r]: how often the drafter's rank-r guess at depth d+1 was the target's token, measured on the
+    held-out split (`training/tree_shape.py`) — what a static tree's shape is built from."""
+    if lm.name == "tiny":
+        return TINY_RANK_ACCURACY
+    measured = entry(lm.name, kind, root).get("tree")
+    if measured is None:
+        raise SpecDecError(f"the shipped {kind!r} drafter has no measured static tree: run "
+                           f"python -m specdec_core tree-shape --kind {kind}")
+    return measured["rank_accuracy"]
+
+
 def seeded_(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     """Random weights from a fixed seed (the `tiny` drafters): matrices ~ N(0, 1/fan_in), norms 1,
     biases 0. The global random state is left as it was."""

@@ -227,3 +227,21 @@ def run_train_curve_command(args) -> None:
     for name, point in result["points"].items():
         print(f"  {name:<18} {point['response_tokens']:>8} tokens  " + "  ".join(
             f"{c} s1 {row['s1']:.3f} tau {row['tau']:.2f}" for c, row in point["categories"].items()))
+
+
+def run_tree_shape_command(args) -> None:
+    from ..errors import SpecDecError
+    from ..models import load_model
+    from .corpus import load_corpus
+    from .tree_shape import measure_and_record
+
+    if not 2 <= args.ranks <= 64 or args.limit < 0:
+        raise SpecDecError(f"--ranks must be 2..64 and --limit >= 0 (got {args.ranks}, {args.limit})")
+    lm = load_model(args.model, args.device, "float32")
+    if lm.name == "tiny":
+        raise SpecDecError("tiny's heads are random weights with no data: its static tree uses a stand-in table")
+    folder = data_folder(args, lm)
+    table = measure_and_record(lm, load_corpus(folder), args.ranks, args.limit)
+    print(f"heads' rank accuracy on {table['sequences']} held-out sequences of {folder} (recorded in the weights' manifest):")
+    for depth, (row, anchors) in enumerate(zip(table["rank_accuracy"], table["anchors"]), 1):
+        print(f"  depth {depth} ({anchors} anchors): " + " ".join(f"{a:.3f}" for a in row))

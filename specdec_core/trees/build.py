@@ -9,19 +9,61 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from .shape import path_tokens
+from .shape import node_depths, path_tokens
+
+AUTO_NODES = 32  # the most nodes a tree sized by the cost table may keep (its candidates are drafted first)
 
 
-def best_blind_tree(q: torch.Tensor, n_nodes: int) -> tuple[list[int], list[int], list[float]]:
+@dataclass
+class Tree:
+    """A drafted tree, parents-first: tokens, parents (-1: the root), each node's own q at its parent, and
+    its reach: the path's cumulative q, the drafter's estimate that verification walks down to it."""
+
+    tokens: list[int]
+    parents: list[int]
+    probs: list[float]
+    reach: list[float]
+
+    def best(self, n: int) -> "Tree":
+        """The n nodes of highest reach, parents-first (ancestor-closed: a child never outreaches its parent,
+        and on a tie the parent, drafted first, is kept first)."""
+        keep = sorted(sorted(range(len(self.tokens)), key=lambda node: -self.reach[node])[:n])
+        index = {node: i for i, node in enumerate(keep)}
+        return Tree([self.tokens[i] for i in keep], [index[self.parents[i]] if self.parents[i] >= 0 else -1 for i in keep],
+                    [self.probs[i] for i in keep], [self.reach[i] for i in keep])
+
+    def within(self, depth: int) -> "Tree":
+        """The nodes at most `depth` deep (ancestor-closed: a parent is shallower than its children)."""
+        depths = node_depths(self.parents)
+        keep = [i for i, d in enumerate(depths) if d <= depth]
+        index = {node: i for i, node in enumerate(keep)}
+        return Tree([self.tokens[i] for i in keep], [index[self.parents[i]] if self.parents[i] >= 0 else -1 for i in keep],
+                    [self.probs[i] for i in keep], [self.reach[i] for i in keep])
+
+    def sized(self, verify_ratios: dict[int, float]) -> "Tree":
+        """The size that pays best on this machine: n maximising (1 + the n highest reaches) / verify_ratios[n].
+        Each accepted node is one token and the step adds one more (correction or bonus), so with a
+        calibrated q the numerator is the step's expected tokens; the denominator is what verifying n
+        drafts costs in plain steps (the drafting is already paid when the size is chosen)."""
+        reach = sorted(self.reach, reverse=True)
+        best_n, best_rate, expected = 1, 0.0, 1.0
+        for n in range(1, min(len(reach), max(verify_ratios)) + 1):
+            expected += reach[n - 1]
+            if expected / verify_ratios[n] > best_rate:
+                best_n, best_rate = n, expected / verify_ratios[n]
+        return self.best(best_n)
+
+
+def best_blind_tree(q: torch.Tensor, n_nodes: int) -> Tree:
     """The n_nodes best nodes for a drafter whose depth-d guess does not depend on the tokens before it
     (Medusa heads: q (D, V), one distribution per depth). Then the best N are found exactly, in order of
     score, by lazy enumeration: a node's next sibling (rank + 1) and its first child (depth + 1, rank 0)
-    become candidates only once the node itself is taken. Returns tokens, parents (-1: the root) and
-    each node's own draft probability, nodes parents-first and siblings by rank."""
+    become candidates only once the node itself is taken. Nodes come parents-first, siblings by rank."""
     depth_count = q.shape[0]
     values, ids = torch.topk(q.float(), min(n_nodes, q.shape[-1]), dim=-1)  # (D, r) each, by rank
     values, ids = values.tolist(), ids.tolist()
@@ -47,14 +89,31 @@ def best_blind_tree(q: torch.Tensor, n_nodes: int) -> tuple[list[int], list[int]
             if values[d][r] > 0:
                 heapq.heappush(heap, (-(prefix + math.log(values[d][r])), pushed, at, d, r))
                 pushed += 1
-    return tokens, parents, probs
+    return Tree(tokens, parents, probs, [math.exp(score) for score in scores])
+
+
+@dataclass(frozen=True)
+class TreeSize:
+    """How big a drafter's trees are: `nodes` nodes, or with nodes = 0 the size that pays on this machine
+    (`Tree.sized` on the measured `verify_ratios`), at most AUTO_NODES."""
+
+    nodes: int = 0
+    verify_ratios: dict[int, float] | None = None
+
+    @property
+    def cap(self) -> int:
+        """How many candidates to draft before cutting."""
+        return self.nodes or AUTO_NODES
+
+    def cut(self, tree: Tree) -> Tree:
+        return tree.sized(self.verify_ratios) if not self.nodes and self.verify_ratios else tree
 
 
 BRANCH = 4  # EAGLE-2 expands the top K nodes of each level, K children each (K = 10 on a GPU; this CPU reads fewer)
 
 
 def expand_tree(root_q: torch.Tensor, children_q: Callable[[list[int], list[int], list[list[int]]], torch.Tensor],
-                depth: int, n_nodes: int, branch: int = BRANCH) -> tuple[list[int], list[int], list[float]]:
+                depth: int, n_nodes: int, branch: int = BRANCH) -> Tree:
     """EAGLE-2's dynamic tree for a drafter whose guesses depend on the tokens before them.
 
     Level 1: the `branch` best tokens of root_q (V,). Each further level: the `branch` best nodes of the
@@ -63,8 +122,7 @@ def expand_tree(root_q: torch.Tensor, children_q: Callable[[list[int], list[int]
     `tree` (every row it has been fed this proposal, each row's parent row, -1: the context; what
     `llama.forward` reads as `tree`) and returns q after each, `paths` being each one's root path (for a
     repetition penalty). Their `branch` best children join the candidates. Then the n_nodes best
-    candidates by score (ancestor-closed: a child never outscores its parent) are the tree. Returns its
-    tokens, parents (-1: the root) and each node's own q, parents-first."""
+    candidates by score (ancestor-closed: a child never outscores its parent) are the tree."""
     tokens: list[int] = []
     parents: list[int] = []
     probs: list[float] = []
@@ -95,7 +153,12 @@ def expand_tree(root_q: torch.Tensor, children_q: Callable[[list[int], list[int]
             fed[node] = len(tree) - 1
         rows = children_q([tokens[node] for node in expand], tree, [path_tokens(tokens, parents, node) for node in expand])
         level = [child for node, q in zip(expand, rows) for child in add_children(q, node)]
-    keep = sorted(sorted(range(len(tokens)), key=lambda node: -scores[node])[:n_nodes])  # parents-first order
-    index = {node: i for i, node in enumerate(keep)}
-    return ([tokens[node] for node in keep], [index[parents[node]] if parents[node] >= 0 else -1 for node in keep],
-            [probs[node] for node in keep])
+    return Tree(tokens, parents, probs, [math.exp(score) for score in scores]).best(n_nodes)
+
+
+def static_shape(rank_accuracy: list[list[float]], size: TreeSize) -> Tree:
+    """Medusa's static tree: the rank paths (r_1, ..., r_d) whose product of measured accuracies
+    acc[d][r_d] is highest (their chance to be accepted if the depths were independent, Medusa's
+    approximation), chosen and sized once. The Tree's tokens are ranks, its probs the accuracies; the
+    drafter puts its rank-r guess of each step at each node."""
+    return size.cut(best_blind_tree(torch.tensor(rank_accuracy, dtype=torch.float64), size.cap))
