@@ -79,10 +79,25 @@ def token_tip(tok, name: str = "p", prob: float | None = None) -> str:
     return f"{tok.piece!r}" + (f"  {name}={prob:.3f}" if prob is not None else "")
 
 
+def tree_step_spans(step, show_rejected: bool) -> list[str]:
+    """A tree step: its accepted path, the children of the path's last node the target turned down, then
+    the correction or bonus (the other branches are drawn by the inspector's tree view)."""
+    spans = [token_span(step.drafted[node].piece, "accepted", token_tip(step.drafted[node], "q")) for node in step.tree_path]
+    if show_rejected:
+        last = step.tree_path[-1] if step.tree_path else -1
+        spans += [token_span(d.piece, "rejected", token_tip(d, "q")) for d, parent in zip(step.drafted, step.tree_parents)
+                  if parent == last]
+    if len(step.emitted) > len(step.tree_path):  # the correction or bonus (unless a stop came first)
+        spans.append(token_span(step.emitted[-1].piece, step.extra_kind or "correction", token_tip(step.emitted[-1])))
+    return spans
+
+
 def spec_step_spans(step, show_rejected: bool = True) -> list[str]:
     """A spec/ar decode step as spans: accepted drafts, (struck) rejected drafts, correction/bonus."""
     if step.kind == "prefill" or not step.drafted:
         return [token_span(tok.piece, "ar", token_tip(tok)) for tok in step.emitted]
+    if step.tree_parents:
+        return tree_step_spans(step, show_rejected)
     spans = []
     for i, tok in enumerate(step.emitted):
         if i < step.accepted:

@@ -46,6 +46,19 @@ def drafter_options(first: str) -> tuple[str, ...]:
     return (first, *(d for d in DRAFTERS if d != first))
 
 
+def tree_picker(where, drafter: str, key: str) -> tuple[str, int]:
+    """Chain or tree (only the kinds `drafter` can draft) and the tree's size (0: what pays on this
+    machine's measured costs, chosen each step)."""
+    from specdec_core.drafters import TREE_DRAFTERS
+
+    kinds = ("chain", *(kind for kind, names in TREE_DRAFTERS.items() if drafter in names))
+    tree = selectbox(where, t("tree"), kinds, f"{key}_tree", lambda kind: t(f"tree_{kind}"), help=t("tree_help"))
+    nodes = where.select_slider(t("tree_nodes"), (0, 2, 4, 6, 8, 12, 16, 24, 32), value=0, key=f"{key}_tree_nodes",
+                                format_func=lambda n: t("tree_auto") if n == 0 else str(n), help=t("tree_nodes_help"),
+                                disabled=tree == "chain")
+    return tree, nodes
+
+
 def drafter_label(name: str) -> str:
     return t(f"drafter_{name.replace('-', '_')}")
 

@@ -14,6 +14,7 @@ import resource
 import sys
 
 from .trace import Trace
+from .trees import sibling_ranks
 
 
 def peak_rss_bytes() -> int:
@@ -55,6 +56,7 @@ def compute_metrics(trace: Trace) -> dict:
         "offered_per_pos_count": offered,  # the counts behind accepted_per_pos, for pooling over runs
         "accepted_per_pos_count": accepted_at,
         "accepted_length_hist": hist,
+        **tree_counts(drafting),
         "rollback_rate": sum(s.accepted < len(s.drafted) for s in drafting) / len(drafting) if drafting else 0.0,
         "kv_entries_discarded": num_draft_tokens - num_accepted,
         "ttft_s": trace.timing.get("ttft_s", prefill_s),
@@ -70,6 +72,28 @@ def compute_metrics(trace: Trace) -> dict:
         "drafter_bytes": trace.timing.get("drafter_bytes", 0),
         "stop_reason": trace.stop_reason,
     }
+
+
+def tree_counts(steps: list) -> dict:
+    """Trees only: acceptance per sibling rank. offered_per_rank_count[r]: how often verification reached
+    a node (the root or an accepted node) that had a rank-r child; accepted_per_rank_count[r]: how often
+    that child was the one accepted. Rank 0 is the drafter's first guess, what a chain would have drafted."""
+    offered: list[int] = []
+    accepted: list[int] = []
+    for s in (s for s in steps if s.tree_parents):
+        ranks = sibling_ranks(s.tree_parents)
+        reached = [-1, *s.tree_path]
+        for node, (parent, rank) in enumerate(zip(s.tree_parents, ranks)):
+            if parent in reached:
+                while len(offered) <= rank:
+                    offered.append(0)
+                    accepted.append(0)
+                offered[rank] += 1
+                accepted[rank] += node in s.tree_path
+    if not offered:
+        return {}
+    return {"accepted_per_rank": [a / o for a, o in zip(accepted, offered)], "offered_per_rank_count": offered,
+            "accepted_per_rank_count": accepted}
 
 
 def pooled_counts(runs: list[list[int]]) -> list[int]:

@@ -358,6 +358,25 @@ def test_race_live_decodes_a_prompt_with_the_model(monkeypatch, decode, query):
     assert "Finish line" in texts(at)
 
 
+def test_race_live_spec_lane_runs_a_tree():
+    """The spec lane verifies a dynamic tree (through the batched server, as the app decodes by default):
+    its text is AR's, token for token, and its steps carry the tree."""
+    at = open_page("race", "en")
+    ok(at.toggle(key="race_live").set_value(True).run())
+    ok(at.text_area(key="race_prompt").set_value("Say hello.").run())
+    ok(at.slider(key="race_max_new").set_value(16).run())
+    ok(at.selectbox(key="race_drafter").set_value("quant").run())
+    ok(at.selectbox(key="race_tree").set_value("dynamic").run())
+    ok(button(at, "race_run").click().run())
+    result = at.session_state["race_live_result"]
+    assert result["configs"]["spec"]["tree"] == "dynamic"
+    ids = {lane: [tok.id for s in result["lanes"][lane] for tok in s.emitted] for lane in ("ar", "spec")}
+    assert ids["spec"] == ids["ar"]
+    assert any(s.tree_parents for s in result["lanes"]["spec"])
+    ok(button(at, "race_end").click().run())
+    assert _strings("en")["tree_run_cfg"].format(tree=_strings("en")["tree_dynamic"], nodes="auto") in texts(at)
+
+
 def test_race_live_runs_a_fifth_lane_on_quantised_weights():
     """AR on the target's int4 copy races beside the fp32 lanes, in its own loop; its tokens are
     compared with fp32 AR's, and the lane stays in the replay after the run."""
@@ -518,6 +537,56 @@ def test_inspector_shows_the_block_drafters_guess_markov_head_and_confidence():
     main = at.dataframe[0].value
     assert not any(en["col_block_guess"] in d.value.columns for d in at.dataframe)
     assert list(main[en["col_confidence"]])[:len(step.drafted)] == [f"{100 * c:.0f} %" for c in step.draft_confidence]
+
+
+def test_inspector_draws_a_tree_step_and_its_accepted_path():
+    """A live quant run with a dynamic tree: the step's tree is drawn (one marker per node, coloured by
+    its state), the accepted path's table follows the trace, and drafters without trees offer a chain only."""
+    from app import tree_view
+    from app.tokens_html import visible
+
+    en = _strings("en")
+    at = open_page("inspector", "en")
+    ok(at.radio(key="insp_source").set_value("live").run())
+    assert list(at.selectbox(key="insp_tree").options) == [en["tree_chain"]]  # sim drafts chains only
+    ok(at.selectbox(key="insp_drafter").set_value("heads").run())
+    assert set(at.selectbox(key="insp_tree").options) == {en["tree_chain"], en["tree_static"], en["tree_dynamic"]}
+    ok(at.selectbox(key="insp_drafter").set_value("quant").run())  # on tiny, the quantised copy is the one often right
+    ok(at.selectbox(key="insp_tree").set_value("dynamic").run())
+    ok(at.select_slider(key="insp_tree_nodes").set_value(8).run())
+    ok(at.slider(key="insp_temp").set_value(0.0).run())
+    ok(at.slider(key="insp_max_new").set_value(24).run())
+    ok(button(at, "insp_run").click().run())
+    trace = at.session_state["insp_trace"]
+    assert trace.config["tree"] == "dynamic" and trace.config["tree_nodes"] == 8
+    steps = [s for s in trace.steps if s.kind == "decode"]
+    i, step = next((i, s) for i, s in enumerate(steps, start=1) if s.tree_parents and s.accepted)
+    if at.session_state["insp_step"] != i:
+        ok(at.slider(key="insp_step").set_value(i).run())
+    figure = next(json.loads(c.proto.spec) for c in plotly_charts(at) if en["tree_depth"] in c.proto.spec)
+    drawn = [point for trace_ in figure["data"] if trace_.get("name") in (en["tree_accepted"], en["tree_rejected"],
+                                                                          en["tree_unreached"]) for point in trace_["x"]]
+    assert len(drawn) == len(step.drafted)  # every node once
+    states = tree_view.node_states(step.tree_parents, step.tree_path, greedy=True)
+    assert states.count("accepted") == step.accepted and len(states) == len(step.drafted) == 8
+    path = at.dataframe[0].value
+    assert list(path[en["col_draft"]]) == [visible(step.drafted[n].piece) for n in step.tree_path]
+    assert en["insp_tree_rule_greedy"] in texts(at)
+
+
+def test_tree_node_states_and_layout():
+    from app import tree_view
+
+    parents = [-1, -1, 0, 0, 1, 2]  # root -> 0, 1; 0 -> 2, 3; 1 -> 4; 2 -> 5
+    assert tree_view.node_states(parents, [0, 3], greedy=True) == ["accepted", "rejected", "rejected", "accepted",
+                                                                   "unreached", "unreached"]
+    # sampling tries siblings in rank order: node 1 came after the accepted node 0, so it was never tried
+    assert tree_view.node_states(parents, [0, 3], greedy=False) == ["accepted", "unreached", "rejected", "accepted",
+                                                                    "unreached", "unreached"]
+    where = tree_view.layout(parents)
+    assert [where[n][0] for n in range(6)] == [1, 1, 2, 2, 2, 3]
+    rows = [where[n][1] for n in (2, 3, 4)]  # depth-2 nodes stacked without overlap, children under their parent
+    assert rows == sorted(rows) and len(set(rows)) == 3
 
 
 # ------------------------------------------------------------------------------------ lab and costs

@@ -176,3 +176,6 @@ def test_bench_runs_a_chain_and_its_tree_interleaved(capsys, tmp_path):
     rows = {r["mode"]: r for r in json.loads(out.read_text())["results"]}
     assert set(rows) == {"ar", "spec:heads", "spec:heads@tree=dynamic@nodes=6"}
     assert rows["spec:heads@tree=dynamic@nodes=6"]["token_ids"] == rows["ar"]["token_ids"]
+    assert rows["spec:heads"]["offered_per_rank"] is None  # a chain has no siblings
+    offered = rows["spec:heads@tree=dynamic@nodes=6"]["offered_per_rank"]
+    assert offered and offered[0] >= rows["spec:heads@tree=dynamic@nodes=6"]["target_forwards"] - 1

@@ -413,3 +413,19 @@ def test_rank_accuracy_counts_the_heads_guesses(tiny):
         hits += int((guess[:-1] == target[1:]).sum())
         anchors += len(target) - 1
     assert table["rank_accuracy"][0][0] == pytest.approx(hits / anchors, abs=1e-4)
+
+
+def test_metrics_count_acceptance_per_sibling_rank():
+    from specdec_core.metrics import tree_counts
+    from specdec_core.trace import StepEvent, Token
+
+    def step(parents, path):
+        return StepEvent(index=1, mode="spec", kind="decode", drafted=[Token(i, str(i)) for i in range(len(parents))],
+                         accepted=len(path), tree_parents=parents, tree_path=path)
+
+    # root -> 0, 1, 2; 0 -> 3, 4. Step A accepts 1 (rank 1) and stops; step B accepts 0 then 4 (rank 1 under 0).
+    counts = tree_counts([step([-1, -1, -1, 0, 0], [1]), step([-1, -1, -1, 0, 0], [0, 4])])
+    # offered: A reached the root (ranks 0, 1, 2); B the root (0, 1, 2) and node 0 (ranks 0, 1)
+    assert counts["offered_per_rank_count"] == [3, 3, 2]
+    assert counts["accepted_per_rank_count"] == [1, 2, 0]
+    assert counts["accepted_per_rank"] == pytest.approx([1 / 3, 2 / 3, 0.0])

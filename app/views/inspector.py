@@ -3,7 +3,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import model_store, tokens_html, trace_store, widgets
+from app import model_store, tokens_html, trace_store, tree_view, widgets
 from app.language import t
 from app.tokens_html import visible
 
@@ -36,6 +36,7 @@ else:
     c = st.columns(5)
     drafter = widgets.selectbox(c[0], t("drafter"), widgets.drafter_options("sim"), "insp_drafter", widgets.drafter_label)
     widgets.drafter_card(c[0], drafter)
+    tree, nodes = widgets.tree_picker(c[0], drafter, "insp")
     k = c[1].slider("k", 1, 16, 4, key="insp_k", help=t("k_help"))
     temperature = c[2].slider(t("temperature"), 0.0, 1.5, 0.8, 0.05, key="insp_temp", help=t("temperature_help"))
     hit_rate = c[3].slider(t("hit_rate"), 0.0, 1.0, 0.6, 0.05, key="insp_hit", help=t("hit_rate_help"),
@@ -46,7 +47,7 @@ else:
     if st.button(t("insp_run"), type="primary", disabled=empty, key="insp_run"):
         lm = model_store.require_model()
         if model_store.check_prompt(lm, prompt) is not None:
-            cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, temperature=temperature,
+            cfg = sd.GenerationConfig(mode="spec", drafter=drafter, k=k, temperature=temperature, tree=tree, tree_nodes=nodes,
                                       drafter_options={"hit_rate": hit_rate}, max_new_tokens=max_new, seed=int(seed))
             result = model_store.generate(lm, prompt, cfg)
             if result is not None:
@@ -66,6 +67,9 @@ if not steps:
 greedy = float(trace.config.get("temperature", 0.0)) == 0.0
 st.caption(t("insp_run_cfg", drafter=widgets.drafter_label(trace.drafter or "?"), k=trace.config.get("k"),
              temperature=trace.config.get("temperature"), model=trace.model, steps=len(steps)))
+if trace.config.get("tree", "chain") != "chain":
+    nodes = trace.config.get("tree_nodes") or t("tree_auto")
+    st.caption(t("tree_run_cfg", tree=t(f"tree_{trace.config['tree']}"), nodes=nodes))
 sources = {}  # `mix`: which drafter proposed how many steps (None: a plain step, no drafts)
 for s in steps:
     if s.draft_source:
@@ -112,6 +116,12 @@ st.markdown(tokens_html.token_line(spans), unsafe_allow_html=True)
 
 if not step.drafted:
     st.info(t("insp_no_draft_mix") if sources else t("insp_no_draft"))
+elif step.tree_parents:
+    tree_view.show_step(st, step, greedy)
+    if step.extra is not None:
+        kind = step.extra_kind or "correction"
+        st.markdown(t(f"insp_extra_{kind}", token=tokens_html.token_span(step.extra.piece, kind), p=f"{step.extra.prob or 0:.3f}"),
+                    unsafe_allow_html=True)
 else:
     if step.draft_source and step.draft_source != trace.drafter:  # `mix` chose this step's drafter
         st.caption(t("insp_draft_source", source=widgets.drafter_label(step.draft_source)))

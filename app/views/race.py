@@ -59,6 +59,7 @@ else:
     max_new = c1.slider(t("max_new_tokens"), 8, 128, 64, 8, key="race_max_new")
     drafter = widgets.selectbox(c2, t("drafter"), widgets.drafter_options("ngram"), "race_drafter", widgets.drafter_label)
     widgets.drafter_card(c2, drafter)
+    tree, tree_nodes = widgets.tree_picker(c2, drafter, "race")
     k = c3.slider("k", 1, 8, 4, key="race_k", help=t("k_help"))
     window = c4.slider(t("window"), 4, 32, 16, 4, key="race_window", help=t("window_help"))
     quant_weights = widgets.selectbox(c5, t("race_quant_lane"), ("none", "int8", "int4"), "race_quant_weights",
@@ -141,6 +142,8 @@ for lane, col in zip(lane_names, cols):
         cfg = configs.get(lane) or {}
         if lane == "spec" and cfg:
             st.caption(t("race_spec_cfg", drafter=widgets.drafter_label(cfg.get("drafter", "?")), k=cfg.get("k", "?")))
+            if cfg.get("tree", "chain") != "chain":
+                st.caption(t("tree_run_cfg", tree=t(f"tree_{cfg['tree']}"), nodes=cfg.get("tree_nodes") or t("tree_auto")))
         elif lane in ("nar", "jacobi") and cfg:
             st.caption(t("race_window_cfg", window=cfg.get("window", "?")))
         slots[lane] = (st.empty(), st.empty(), st.empty())  # stats, tokens, extra (NAR vs AR)
@@ -195,7 +198,7 @@ if run_live:
         "ar": sd.GenerationConfig(mode="ar", max_new_tokens=max_new),
         "nar": sd.GenerationConfig(mode="nar", window=window, max_new_tokens=max_new),
         "jacobi": sd.GenerationConfig(mode="jacobi", window=window, max_new_tokens=max_new),
-        "spec": sd.GenerationConfig(mode="spec", drafter=drafter, k=k, max_new_tokens=max_new),
+        "spec": sd.GenerationConfig(mode="spec", drafter=drafter, k=k, tree=tree, tree_nodes=tree_nodes, max_new_tokens=max_new),
     }
     models = dict.fromkeys(cfgs, lm)
     if quant_asked:

@@ -193,6 +193,8 @@ def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config
     offered_at: list[int] = []  # per draft position, pooled over turns (see metrics.accepted_per_pos)
     accepted_at: list[int] = []
     lengths: list[int] = []  # accepted-length histogram over drafting steps
+    rank_offered: list[int] = []  # trees: per sibling rank (metrics.tree_counts), pooled over turns
+    rank_accepted: list[int] = []
     kv_bytes = drafter_bytes = 0
     on_gpu = lm.device.type == "cuda"
     if on_gpu:
@@ -217,6 +219,8 @@ def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config
             offered_at = pooled_counts([offered_at, m["offered_per_pos_count"]])
             accepted_at = pooled_counts([accepted_at, m["accepted_per_pos_count"]])
             lengths = pooled_counts([lengths, m["accepted_length_hist"]])
+            rank_offered = pooled_counts([rank_offered, m.get("offered_per_rank_count", [])])
+            rank_accepted = pooled_counts([rank_accepted, m.get("accepted_per_rank_count", [])])
         token_ids += ids
         messages.append({"role": "assistant", "content": lm.decode(ids)})
     hf_mode = mode.peer
@@ -228,6 +232,7 @@ def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config
             "acceptance_rate": None if hf_mode or not drafted else accepted / drafted,
             "offered_per_pos": None if hf_mode else offered_at, "accepted_per_pos": None if hf_mode else accepted_at,
             "accepted_length_hist": None if hf_mode else lengths,
+            "offered_per_rank": rank_offered or None, "accepted_per_rank": rank_accepted or None,
             "kv_cache_bytes": None if hf_mode else kv_bytes, "drafter_bytes": None if hf_mode else drafter_bytes,
             "peak_rss_bytes": peak_rss_bytes(),
             "peak_gpu_bytes": torch.cuda.max_memory_allocated(lm.device) if on_gpu else None,

@@ -12,10 +12,10 @@ child per node (`parents is None`, today's fast path).
   over siblings (recursive rejection sampling, as in SpecInfer), with the proof of what it assumes.
 """
 from .build import AUTO_NODES, Tree, TreeSize, best_blind_tree, expand_tree, static_shape
-from .shape import ancestor_mask, children, node_depths, row_parents, row_positions
+from .shape import ancestor_mask, children, node_depths, row_parents, row_positions, sibling_ranks
 from .verify import TreeVerdict, process_tree_logits, verify_siblings, verify_tree_greedy, verify_tree_sampled
 
 TREES = ("chain", "static", "dynamic")
 
 __all__ = ["AUTO_NODES", "TREES", "Tree", "TreeSize", "TreeVerdict", "ancestor_mask", "best_blind_tree", "children", "expand_tree", "node_depths", "row_parents", "static_shape",
-           "process_tree_logits", "row_positions", "verify_siblings", "verify_tree_greedy", "verify_tree_sampled"]
+           "process_tree_logits", "row_positions", "sibling_ranks", "verify_siblings", "verify_tree_greedy", "verify_tree_sampled"]

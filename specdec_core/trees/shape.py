@@ -27,6 +27,16 @@ def path_tokens(tokens: list[int], parents: list[int], node: int) -> list[int]:
     return path[::-1]
 
 
+def sibling_ranks(parents: list[int]) -> list[int]:
+    """Each node's rank among its siblings (0: its parent's first child, the drafter's best guess there)."""
+    seen: dict[int, int] = {}
+    ranks = []
+    for parent in parents:
+        ranks.append(seen.get(parent, 0))
+        seen[parent] = ranks[-1] + 1
+    return ranks
+
+
 def children(parents: list[int]) -> dict[int, list[int]]:
     """node -> its children in node order (-1: the root's). Node order is sibling rank order."""
     kids: dict[int, list[int]] = {}
