@@ -56,13 +56,15 @@ data: setup
 	$(PY) -m specdec_core prepare
 	$(PY) -m specdec_core make-data --resume --until-tokens $(TOKENS)
 
-# The trained drafters from scratch on the committed corpus: heads (~15 min), eagle (~30 min), draft
+# The trained drafters from scratch on the committed corpus: heads (~15 min, then its static tree's rank
+# accuracies, ~3 min), eagle (~30 min), draft
 # (~11 min), block and block-parallel (~15 min each, calibration included), plus the one-off feature cache
 # (rebuilt from the token ids). Every step resumes where it stopped (rerun the target); weights, manifest
 # and model cards land in specdec_core/weights/. GPU: scripts/gpu_train.sh.
 drafters: setup
 	$(PY) -m specdec_core prepare
 	$(PY) -m specdec_core train-draft --kind heads --steps 800 --resume
+	$(PY) -m specdec_core tree-shape
 	$(PY) -m specdec_core train-draft --kind eagle --steps 800 --lr 5e-4 --resume
 	$(PY) -m specdec_core train-draft --kind draft --steps 1000 --lr 5e-4 --resume
 	$(PY) -m specdec_core train-draft --kind block --steps 800 --lr 5e-4 --resume

@@ -30,7 +30,6 @@ def main() -> None:
     args = parser.parse_args()
     from specdec_core.models import load_model
     from specdec_core.provenance import cpu_name, git_commit
-    from specdec_core.training import features
     from specdec_core.training.batches import batch_at, load_splits
     from specdec_core.training.corpus import corpus_dir, load_corpus
     from specdec_core.training.kinds import KINDS, layers_needed
@@ -39,7 +38,6 @@ def main() -> None:
     lm = load_model("smollm2-135m", "auto", "float32")
     corpus = load_corpus(corpus_dir(lm.name), shards=args.shards)
     scratch = Path(tempfile.mkdtemp(prefix="feature-cost-"))
-    real_cache_dir = features.cache_dir
     result = {"environment": {"commit": git_commit(), "processor": cpu_name(), "date": time.strftime("%Y-%m-%d"),
                               "torch_threads": torch.get_num_threads()},
               "corpus_shards": args.shards, "sequences": len(corpus.sequences),
@@ -47,11 +45,9 @@ def main() -> None:
               "kinds": {}}
     for kind in args.kinds.split(","):
         layers = layers_needed(kind, lm)
-        features.cache_dir = lambda: scratch / kind  # a cold feature cache per kind: the build is measured
-        start = time.perf_counter()
-        cached_train, cached_heldout = load_splits(lm, corpus, layers, "cache")
+        start = time.perf_counter()  # a cold feature cache per kind, in a scratch folder: the build is measured
+        cached_train, cached_heldout = load_splits(lm, corpus, layers, "cache", cache_root=scratch / kind)
         build_s = time.perf_counter() - start
-        features.cache_dir = real_cache_dir
         online_train, _ = load_splits(lm, corpus, layers, "online")
         config = TrainConfig(kind=kind, steps=args.steps, batch_size=args.batch_size, vocab=8192)
         run = open_training(lm, config, cached_train, cached_heldout, False, scratch / f"run-{kind}")

@@ -9,6 +9,7 @@ one loss and one offline evaluation serve them all.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -57,11 +58,13 @@ class Batch:
 
 
 def load_splits(lm: LoadedModel, corpus: Corpus, layers: tuple[int, ...], mode: str = "cache",
-                on_sequence: Callable[[int], None] = lambda n: None) -> tuple[list[Sequence], list[Sequence]]:
+                on_sequence: Callable[[int], None] = lambda n: None, cache_root: Path | None = None
+                ) -> tuple[list[Sequence], list[Sequence]]:
     """The corpus's train and held-out sequences (`Corpus.heldout`), with the target's states at
-    `layers` from the feature cache or computed online (features.py)."""
+    `layers` from the feature cache (under `cache_root`, default the lab's cache) or computed online
+    (features.py)."""
     if mode == "cache":
-        hidden = features.cached(lm, corpus, layers, on_sequence=on_sequence)
+        hidden = features.cached(lm, corpus, layers, on_sequence=on_sequence, root=cache_root)
     else:
         target = Target(lm)
         hidden = [features.online(target, s.ids, s.prompt_len, layers) for s in corpus.sequences]

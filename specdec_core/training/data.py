@@ -202,20 +202,25 @@ class Filter:
 
 
 class History:
-    """The corpus's sequences so far, read lazily, for the multi-turn source (earlier answers)."""
+    """The corpus's sequences so far, for the multi-turn source (earlier answers): the shards read at the
+    start are handed over (`add`), the ones written since are read when a follow-up first reaches them."""
 
     def __init__(self, folder: Path, manifest: dict, tokenizer) -> None:
         self.folder, self.manifest, self.tokenizer = folder, manifest, tokenizer
         self.loaded: list[src.Earlier] = []
         self.shards_read = 0
 
+    def add(self, entry: dict, stored: list[Stored]) -> None:
+        """The next shard's sequences (shards come in manifest order)."""
+        for i, s in enumerate(stored):
+            text = self.tokenizer.decode(s.response, skip_special_tokens=True)
+            self.loaded.append(src.Earlier(s.item, text, f"{Path(entry['file']).stem} #{i}"))
+        self.shards_read += 1
+
     def __call__(self, j: int) -> src.Earlier | None:
         while j >= len(self.loaded) and self.shards_read < len(self.manifest["shards"]):
             entry = self.manifest["shards"][self.shards_read]
-            for i, s in enumerate(read_shard(self.folder / entry["file"])):
-                text = self.tokenizer.decode(s.response, skip_special_tokens=True)
-                self.loaded.append(src.Earlier(s.item, text, f"{Path(entry['file']).stem} #{i}"))
-            self.shards_read += 1
+            self.add(entry, read_shard(self.folder / entry["file"]))
         return self.loaded[j] if j < len(self.loaded) else None
 
 
@@ -319,7 +324,11 @@ def grow(lm: LoadedModel, config: DataConfig, folder: Path, manifest: dict, shar
     """Append shards (`shards` more, or until the corpus holds `until_tokens` response tokens),
     writing the manifest after each; returns it."""
     history = History(folder, manifest, lm.tokenizer)
-    seen = {normalised(s.item.text) for e in manifest["shards"] for s in read_shard(folder / e["file"])}
+    seen: set[str] = set()
+    for entry in manifest["shards"]:  # one pass over the committed shards fills both
+        stored = read_shard(folder / entry["file"])
+        seen |= {normalised(s.item.text) for s in stored}
+        history.add(entry, stored)
     keep = Filter(lm.tokenizer, seen)
     written = 0
     while (shards is None or written < shards) and (until_tokens is None or

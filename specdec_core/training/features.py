@@ -41,43 +41,43 @@ def online(target: Target, ids: list[int], prompt_len: int, layers: tuple[int, .
     return lambda: capture(target, ids, prompt_len, layers)
 
 
-def _file(model: str, sha256: str, layer: int) -> Path:
-    return cache_dir() / "features" / model / f"{sha256[:20]}.L{layer}.safetensors"
+def _file(model: str, sha256: str, layer: int, root: Path | None = None) -> Path:
+    return (root or cache_dir()) / "features" / model / f"{sha256[:20]}.L{layer}.safetensors"
 
 
-def shard_features(lm: LoadedModel, target: Target, folder: Path, entry: dict, layers: tuple[int, ...]
-                   ) -> list[dict[int, torch.Tensor]]:
-    """Every sequence of one shard, {layer: (rows, H) float16}: from the cache, after computing the
-    layers it lacks over the *whole* shard (a cache file always covers its shard, whichever sequences
-    of it a run uses) and writing them, keyed by the shard's SHA-256."""
+def shard_features(lm: LoadedModel, target: Target, folder: Path, entry: dict, layers: tuple[int, ...],
+                   root: Path | None = None) -> list[dict[int, torch.Tensor]]:
+    """Every sequence of one shard, {layer: (rows, H) float16}: from the cache (under `root`, default the
+    lab's cache folder), after computing the layers it lacks over the *whole* shard (a cache file always
+    covers its shard, whichever sequences of it a run uses) and writing them, keyed by the shard's SHA-256."""
     stored = read_shard(folder / entry["file"])
-    missing = tuple(layer for layer in layers if not _file(lm.name, entry["sha256"], layer).exists())
+    missing = tuple(layer for layer in layers if not _file(lm.name, entry["sha256"], layer, root).exists())
     if missing:
         rows = [capture(target, s.ids, s.prompt_len, missing) for s in stored]
         for layer in missing:
-            path = _file(lm.name, entry["sha256"], layer)
+            path = _file(lm.name, entry["sha256"], layer, root)
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(f".{path.name}.partial")
             save_file({"hidden": torch.cat([r[layer] for r in rows]).contiguous()}, partial)
             partial.replace(path)  # whole or absent
-    tensors = {layer: load_file(_file(lm.name, entry["sha256"], layer))["hidden"] for layer in layers}
+    tensors = {layer: load_file(_file(lm.name, entry["sha256"], layer, root))["hidden"] for layer in layers}
     ends = torch.cumsum(torch.tensor([len(s.ids) - s.prompt_len + 1 for s in stored]), 0).tolist()
     if any(len(h) != ends[-1] for h in tensors.values()):
         raise SpecDecError(f"the feature cache of {entry['file']} does not match the shard: remove "
-                           f"{_file(lm.name, entry['sha256'], layers[0]).parent} and run again")
+                           f"{_file(lm.name, entry['sha256'], layers[0], root).parent} and run again")
     return [{layer: h[end - n:end] for layer, h in tensors.items()}
             for end, n in zip(ends, (len(s.ids) - s.prompt_len + 1 for s in stored))]
 
 
 def cached(lm: LoadedModel, corpus: Corpus, layers: tuple[int, ...],
-           on_sequence: Callable[[int], None] = lambda n: None) -> list[dict[int, torch.Tensor]]:
+           on_sequence: Callable[[int], None] = lambda n: None, root: Path | None = None) -> list[dict[int, torch.Tensor]]:
     """Per sequence of `corpus`, {layer: (rows, H) float16}, from the feature cache (`shard_features`)."""
     target = Target(lm)
     out: list[dict[int, torch.Tensor]] = []
     current, states = -1, []
     for shard, index in corpus.origin:
         if shard != current:
-            current, states = shard, shard_features(lm, target, corpus.folder, corpus.manifest["shards"][shard], layers)
+            current, states = shard, shard_features(lm, target, corpus.folder, corpus.manifest["shards"][shard], layers, root)
             on_sequence(len(states))
         out.append(states[index])
     return out
