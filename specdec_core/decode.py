@@ -25,7 +25,8 @@ from .models import LoadedModel
 from .sampling import SamplingParams, choose, logits_to_probs, process_logits, verify_greedy, verify_sampled
 from .target import Target, timed
 from .trace import Piecer, StepEvent, Token, Trace
-from .trees import TREES, TreeVerdict, children, process_tree_logits, row_parents, verify_tree_greedy, verify_tree_sampled
+from .trees import (TREES, TreeVerdict, children, path_tokens, process_tree_logits, row_parents, verify_tree_greedy,
+                    verify_tree_sampled)
 
 MODES = ("ar", "nar", "jacobi", "spec")
 MAX_K = 16
@@ -272,11 +273,8 @@ def tree_event(config: GenerationConfig, piecer: Piecer, index: int, context: li
     """A tree step as plain data: every node (its q in `drafted`), the accepted path, and the target's
     choice with p along that path."""
     tokens, parents = draft.tokens, draft.parents
-    paths: list[list[int]] = []  # each node's tokens from the root, itself included
-    for token, parent in zip(tokens, parents):
-        paths.append((paths[parent] if parent >= 0 else []) + [token])
-    drafted = [piecer.tokens(context + path[:-1], [path[-1]], [q])[0]
-               for path, q in zip(paths, draft.confidence or [1.0] * len(tokens))]
+    drafted = [piecer.tokens(context + path_tokens(tokens, parents, parent), [token], [q])[0]  # each after its own path
+               for token, parent, q in zip(tokens, parents, draft.confidence or [1.0] * len(tokens))]
     rows = verdict.rows
     walked = [tokens[node] for node in verdict.path]
     leaf = not children(parents).get(verdict.path[-1] if verdict.path else -1)

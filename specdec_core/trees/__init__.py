@@ -7,15 +7,17 @@ child per node (`parents is None`, today's fast path).
 
 - `shape.py`: the flattened tree as the target reads it: forward rows, depths (RoPE positions) and the
   ancestor mask (a node sees the cache, its ancestors and itself, never a sibling or a cousin);
-- `build.py`: which nodes to draft (best-N by cumulative draft probability);
+- `build.py`: which nodes to draft: Medusa's static shape (from measured rank accuracies), EAGLE-2's
+  dynamic tree (the best N by cumulative draft probability), and the size that pays on the cost table;
 - `verify.py`: greedy (the longest root path that matches the target's argmax) and lossless sampling
   over siblings (recursive rejection sampling, as in SpecInfer), with the proof of what it assumes.
 """
 from .build import AUTO_NODES, Tree, TreeSize, best_blind_tree, expand_tree, static_shape
-from .shape import ancestor_mask, children, node_depths, row_parents, row_positions, sibling_ranks
+from .shape import ancestor_mask, children, node_depths, path_tokens, row_parents, row_positions, sibling_ranks
 from .verify import TreeVerdict, process_tree_logits, verify_siblings, verify_tree_greedy, verify_tree_sampled
 
 TREES = ("chain", "static", "dynamic")
 
-__all__ = ["AUTO_NODES", "TREES", "Tree", "TreeSize", "TreeVerdict", "ancestor_mask", "best_blind_tree", "children", "expand_tree", "node_depths", "row_parents", "static_shape",
-           "process_tree_logits", "row_positions", "sibling_ranks", "verify_siblings", "verify_tree_greedy", "verify_tree_sampled"]
+__all__ = ["AUTO_NODES", "TREES", "Tree", "TreeSize", "TreeVerdict", "ancestor_mask", "best_blind_tree", "children",
+           "expand_tree", "node_depths", "path_tokens", "process_tree_logits", "row_parents", "row_positions",
+           "sibling_ranks", "static_shape", "verify_siblings", "verify_tree_greedy", "verify_tree_sampled"]
