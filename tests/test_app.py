@@ -593,16 +593,40 @@ def test_tree_node_states_and_layout():
 
 def test_lab_runs_on_the_model_and_draws_theory_and_measurements():
     at = open_page("lab", "en")
-    assert len(plotly_charts(at)) == 3  # τ, speedup, heatmap: theory before any run
+
+    def charts():  # the tree section's charts are counted by its own test
+        return [c for c in plotly_charts(at) if not chart_key(c).startswith("lab_trees")]
+
+    assert len(charts()) == 3  # τ, speedup, heatmap: theory before any run
     ok(at.selectbox(key="lab_category").set_value("copy").run())
     ok(at.multiselect(key="lab_ks").set_value([2, 4]).run())
     ok(at.slider(key="lab_max_new").set_value(16).run())
     ok(button(at, "lab_run").click().run())
     assert at.success and "pooled α" in at.success[0].value
-    assert len(plotly_charts(at)) == 5  # + per-position survival and the histogram
+    assert len(charts()) == 5  # + per-position survival and the histogram
     assert "approximation" in json.dumps([c.proto.spec for c in plotly_charts(at)], ensure_ascii=False)
     ok(at.multiselect(key="lab_ks").set_value([]).run())
     assert button(at, "lab_run").disabled
+
+
+def test_lab_compares_a_chain_with_trees_of_every_size_beside_the_cost_curve():
+    """Before a run only the measured cost curve is drawn; a run pools τ and speed per (tree, size) over
+    the prompts and draws them; a drafter without trees says so instead of offering the run."""
+    from app import tree_lab
+
+    en = _strings("en")
+    at = open_page("lab", "en")
+    assert not plotly_charts(at, "lab_trees") and "lab_trees_run" not in {b.key for b in at.button}
+    assert en["lab_trees_no_tree"].format(drafter=en["drafter_sim"]) in texts(at)  # sim drafts chains only
+    ok(at.selectbox(key="lab_drafter").set_value("quant").run())
+    assert [chart_key(c) for c in plotly_charts(at, "lab_trees")] == ["lab_trees_cost"]
+    ok(at.slider(key="lab_max_new").set_value(16).run())
+    ok(button(at, "lab_trees_run").click().run())
+    result = at.session_state["lab_trees"]["result"]
+    assert set(result) == set(tree_lab.variants("quant")) == {("chain", 0), *(("dynamic", n) for n in tree_lab.SIZES)}
+    assert all(r["tau"] >= 1.0 and r["speedup"] > 0 for r in result.values())
+    keys = {chart_key(c) for c in plotly_charts(at, "lab_trees")}
+    assert keys == {"lab_trees_cost", "lab_trees_tau_chart", "lab_trees_speed_chart"}
 
 
 def test_lab_runs_the_quant_drafter_at_the_precision_and_depth_chosen():

@@ -4,7 +4,7 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import calibration_view, lab_prompts, model_store, survival, widgets
+from app import calibration_view, lab_prompts, model_store, survival, tree_lab, widgets
 from app.language import t
 
 import specdec_core as sd
@@ -287,6 +287,9 @@ fig.update_layout(xaxis_title="k", yaxis_title="α", height=520, margin=dict(t=3
                   legend=dict(orientation="h", y=-0.15))
 st.plotly_chart(fig, width="stretch", key="lab_heatmap")
 st.caption(t("lab_heatmap_note", c=f"{c_ratio:.3f}"))
+
+# ------------------------------------------------------------------ trees: τ and speed against tree size, beside the cost curve
+tree_lab.section(st, lm, cm, drafter, prompts.get(category, [])[:n_prompts], 4, max_new)
 
 # ------------------------------------------------------------------ the block drafter: calibration and acceptance per position
 calibration_view.show()
