@@ -120,7 +120,7 @@ def run_level(lm: LoadedModel, scheme: str, concurrency: int, cases: list[Prompt
               costs: CostTable, progress=None) -> tuple[list[Request], ServingEngine]:
     config, scheduler = scheme_config(scheme, cfg)
     engine = ServingEngine(lm, make_scheduler(scheduler, cfg.threshold), costs, force_ar=cfg.force_ar,
-                           drafter_costs=drafter_costs(lm, cfg.drafter, cfg.sized_tree))
+                           drafter_costs=drafter_costs(lm, cfg.drafter))
     total = cfg.requests_per_level * concurrency
     order = [cases[i % len(cases)] for i in range(total)]
     start = engine.clock()
