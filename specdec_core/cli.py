@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     ed.add_argument("--device", default="auto")
 
     ts = sub.add_parser("tree-shape", help="measure the heads' rank accuracies on held-out data: the shape of their "
-                                            "static (Medusa) tree, recorded beside the shipped weights")
+                                            "static (Medusa) tree, shipped beside the weights as heads.tree.json")
     ts.add_argument("--model", default="smollm2-135m")
     ts.add_argument("--data", type=Path, help="the corpus folder (default: the committed data/MODEL)")
     ts.add_argument("--ranks", type=int, default=8, help="guesses per depth to measure (default 8)")

@@ -429,3 +429,29 @@ def test_metrics_count_acceptance_per_sibling_rank():
     assert counts["offered_per_rank_count"] == [3, 3, 2]
     assert counts["accepted_per_rank_count"] == [1, 2, 0]
     assert counts["accepted_per_rank"] == pytest.approx([1 / 3, 2 / 3, 0.0])
+
+
+def test_a_static_tree_table_must_belong_to_the_shipped_weights(tmp_path):
+    """The shipped table loads; a missing one, or one measured on other weights, is a one-line error."""
+    import json
+    import shutil
+    from types import SimpleNamespace
+
+    from specdec_core.drafters.weights import WEIGHTS_DIR, rank_accuracy, save_rank_accuracy
+
+    lm = SimpleNamespace(name="smollm2-135m")
+    shipped = rank_accuracy(lm, "heads")
+    assert len(shipped) == 4 and all(0 <= a <= 1 for row in shipped for a in row)
+    folder = tmp_path / "smollm2-135m"
+    folder.mkdir()
+    shutil.copy(WEIGHTS_DIR / "smollm2-135m" / "manifest.json", folder)
+    (folder / "heads.safetensors").write_bytes(b"stand-in")  # entry() needs the file; its hash is the manifest's
+    with pytest.raises(SpecDecError, match="tree-shape"):
+        rank_accuracy(lm, "heads", tmp_path)
+    save_rank_accuracy("smollm2-135m", "heads", {"rank_accuracy": [[0.5]]}, tmp_path)
+    assert rank_accuracy(lm, "heads", tmp_path) == [[0.5]]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["heads.safetensors"]["sha256"] = "0" * 64  # the heads were retrained since
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(SpecDecError, match="other 'heads' weights"):
+        rank_accuracy(lm, "heads", tmp_path)

@@ -89,14 +89,16 @@ def save_state(model: str, kind: str, tensors: dict[str, torch.Tensor], config: 
     return path
 
 
-def annotate(model: str, kind: str, key: str, value: object, root: Path | None = None) -> None:
-    """Record a measurement of a shipped file in its manifest entry (e.g. `tree`: its static tree's rank
-    accuracies). Retraining writes a fresh entry, so a measurement never outlives the weights it was of."""
-    path = weights_path(model, kind, root)
-    entry(model, kind, root)
-    manifest = _manifest(path.parent)
-    manifest["files"][path.name][key] = value
-    (path.parent / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+def tree_table_path(model: str, kind: str, root: Path | None = None) -> Path:
+    return (root or WEIGHTS_DIR) / model / f"{kind}.tree.json"
+
+
+def save_rank_accuracy(model: str, kind: str, table: dict, root: Path | None = None) -> Path:
+    """Ship a drafter's measured rank accuracies (`training/tree_shape.py`) beside its weights, tied to
+    them by their SHA-256: retrained weights make the table stale, and `rank_accuracy` says so."""
+    path = tree_table_path(model, kind, root)
+    path.write_text(json.dumps({"weights_sha256": entry(model, kind, root)["sha256"], **table}, indent=1) + "\n")
+    return path
 
 
 # tiny's heads have random weights and no data to measure a static tree on: this stand-in rank accuracy
@@ -109,10 +111,17 @@ def rank_accuracy(lm, kind: str, root: Path | None = None) -> list[list[float]]:
     held-out split (`training/tree_shape.py`) — what a static tree's shape is built from."""
     if lm.name == "tiny":
         return TINY_RANK_ACCURACY
-    measured = entry(lm.name, kind, root).get("tree")
-    if measured is None:
-        raise SpecDecError(f"the shipped {kind!r} drafter has no measured static tree: run "
-                           f"python -m specdec_core tree-shape --kind {kind}")
+    path = tree_table_path(lm.name, kind, root)
+    try:
+        measured = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecDecError(f"the shipped {kind!r} drafter has no measured static tree ({path} is missing): "
+                           f"run python -m specdec_core tree-shape") from None
+    except ValueError as err:
+        raise SpecDecError(f"{path} is not valid JSON ({err})") from None
+    if measured.get("weights_sha256") != entry(lm.name, kind, root)["sha256"]:
+        raise SpecDecError(f"{path} was measured on other {kind!r} weights than the shipped ones: "
+                           f"run python -m specdec_core tree-shape")
     return measured["rank_accuracy"]
 
 

@@ -242,6 +242,6 @@ def run_tree_shape_command(args) -> None:
         raise SpecDecError("tiny's heads are random weights with no data: its static tree uses a stand-in table")
     folder = data_folder(args, lm)
     table = measure_and_record(lm, load_corpus(folder), args.ranks, args.limit)
-    print(f"heads' rank accuracy on {table['sequences']} held-out sequences of {folder} (recorded in the weights' manifest):")
+    print(f"heads' rank accuracy on {table['sequences']} held-out sequences of {folder} (shipped as heads.tree.json):")
     for depth, (row, anchors) in enumerate(zip(table["rank_accuracy"], table["anchors"]), 1):
         print(f"  depth {depth} ({anchors} anchors): " + " ".join(f"{a:.3f}" for a in row))

@@ -4,7 +4,7 @@ Medusa fixes its tree once, from calibration data: the rank paths (r_1, ..., r_d
 per-depth accuracies acc[d][r] is highest (`trees.static_shape`). Here acc is measured teacher-forced on
 the corpus's held-out split — the data `eval-draft` scores, never the evaluation suite — at every anchor:
 the target's greedy token d places ahead against the rank it has in head d's distribution. The table is
-recorded in the weights' manifest entry, so retraining the heads drops it with the weights it described.
+shipped beside the weights (`heads.tree.json`) with their SHA-256, so retrained heads refuse a stale one.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from tqdm import tqdm
 
 from ..drafters import MedusaHeads, module_vocab
-from ..drafters.weights import annotate, drafter_module
+from ..drafters.weights import drafter_module, save_rank_accuracy
 from ..models import LoadedModel
 from .batches import load_splits, make_batch
 from .corpus import Corpus
@@ -53,7 +53,7 @@ def rank_accuracy(lm: LoadedModel, corpus: Corpus, ranks: int = RANKS, limit: in
 
 
 def measure_and_record(lm: LoadedModel, corpus: Corpus, ranks: int = RANKS, limit: int = 0) -> dict:
-    """Measure the heads' table and record it beside the shipped weights (`drafters/weights.annotate`)."""
+    """Measure the heads' table and ship it beside their weights (`drafters/weights.save_rank_accuracy`)."""
     table = rank_accuracy(lm, corpus, ranks, limit)
-    annotate(lm.name, "heads", "tree", table)
+    save_rank_accuracy(lm.name, "heads", table)
     return table
