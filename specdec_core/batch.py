@@ -122,11 +122,14 @@ def batch_forward(model: LlamaForCausalLM, cache: RaggedCache, first_slot: int, 
     row_of = torch.tensor([r for r in range(b) for _ in range(lens[r])], device=device)  # (R,) which request
     col_of = torch.tensor([j for r in range(b) for j in range(lens[r])], device=device)  # (R,) its offset there
     stored = torch.tensor([past[r] + j for r in range(b) for j in range(lens[r])], device=device)  # (R,) slot index
-    trees = trees if trees and any(t is not None for t in trees) else None
+    if trees and any(t is not None for t in trees):  # a chain row is the tree whose node i hangs from row i
+        trees = [tree or list(range(-1, lens[r] - 1)) for r, tree in enumerate(trees)]
+    else:
+        trees = None
     if trees is None:  # a token's rotary position is where it is stored
         positions = stored
     else:  # a tree node's is the end of the cache + its depth
-        positions = torch.tensor([past[r] + d for r in range(b) for d in row_positions(trees[r] or list(range(-1, lens[r] - 1)))],
+        positions = torch.tensor([past[r] + d for r in range(b) for d in row_positions(trees[r])],
                                  device=device)
     single = b == 1
     if single:  # the single-request forward's own mask: None (one token, or a prefill's is_causal) or causal
@@ -138,7 +141,7 @@ def batch_forward(model: LlamaForCausalLM, cache: RaggedCache, first_slot: int, 
         mask = torch.zeros(b, 1, n, span, dtype=torch.bool, device=device)
         mask[:, :, :, 0] = True
         for r in range(b):
-            mask[r, 0, :lens[r], :past[r] + lens[r]] = ancestor_mask(past[r], trees[r] or list(range(-1, lens[r] - 1)), device)
+            mask[r, 0, :lens[r], :past[r] + lens[r]] = ancestor_mask(past[r], trees[r], device)
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float) -> torch.Tensor:
         # q (1, heads, R, hd); k, v (1, kv_heads, R, hd): every request's new tokens in one row.

@@ -81,12 +81,18 @@ class Drafter(ABC):
         return 0
 
 
+def draft_probs(logits: torch.Tensor, history: list[int], params: SamplingParams) -> torch.Tensor:
+    """q for one row of a drafter's full-vocabulary logits (V,) continuing `history`: exactly the processing
+    p will get (repetition penalty on the same history, temperature, top-k, top-p), so p/q compare like
+    with like."""
+    return logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
+
+
 def choose_draft(logits: torch.Tensor, history: list[int], params: SamplingParams, generator: torch.Generator,
                  dynamic_k: float | None = None) -> tuple[int, torch.Tensor] | None:
     """A model drafter's next token and its q from its logits (V,), or None where dynamic k stops drafting
-    (q's top probability below the threshold). q goes through exactly the processing p will get
-    (repetition penalty on the same history, temperature, top-k, top-p)."""
-    q = logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
+    (q's top probability below the threshold)."""
+    q = draft_probs(logits, history, params)
     if dynamic_k is not None and float(q.max()) < dynamic_k:
         return None
     return (int(torch.argmax(q)) if params.greedy else sample(q, generator)), q

@@ -17,7 +17,7 @@ import transformers
 from ..errors import SpecDecError
 from ..decode import GenerationConfig
 from ..drafters import OPTION_NAMES
-from ..drafters.weights import WEIGHTS_DIR, shipped
+from ..drafters.weights import WEIGHTS_DIR, shipped, tree_table_path
 from ..metrics import conditional_acceptance, pooled_per_position, positional_matches
 from ..models import LoadedModel, cache_dir, load_model, sha256_file
 from ..generation import generate
@@ -419,6 +419,18 @@ def _quant_first_acceptance(lm: LoadedModel, k: int = 4) -> tuple[float, dict]:
     return runs["int4"]["survival"][0], {"copies": details, "k": k, "prompts": len(prompts)}
 
 
+def _tree_gain(lm: LoadedModel, k: int = 4, nodes: int = 16) -> tuple[float, dict]:
+    """τ of the trained heads with a dynamic tree of 16 nodes over τ of their chain of k = 4, on the two
+    chat prompts, two suite QA prompts and the story, greedy, 64 new tokens; the static (Medusa) tree of
+    the same size beside it, and each run's survival by depth. Counts only: the same on every run."""
+    prompts = (*CHAT_PROMPTS, *suite_prompts("qa", 2), STORY_PROMPT)
+    runs = {"chain": _pooled_spec(lm, prompts, drafter="heads", k=k),
+            **{tree: _pooled_spec(lm, prompts, drafter="heads", k=k, tree=tree, tree_nodes=nodes)
+               for tree in ("static", "dynamic")}}
+    details = {name: {key: r[key] for key in ("tau", "survival", "forwards")} for name, r in runs.items()}
+    return runs["dynamic"]["tau"] / runs["chain"]["tau"], {**details, "k": k, "nodes": nodes, "prompts": len(prompts)}
+
+
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sim_tau_a07_k4", {"zh": "模拟草稿（命中率 0.7，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.7, k=4)"},
                "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4), reads=SUITE),
@@ -487,6 +499,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("quant_first_acceptance", {"zh": "量化自投机草稿（目标模型自己的 int4 副本）第 1 个草稿被接受的比例 s_1（k=4，贪心，两条闲聊和一个故事提示）",
                                           "en": "Share of first drafts accepted, s_1, for the quant self-draft: the target's own int4 copy (k=4, greedy, two chat prompts and a story)"},
                "fraction", _quant_first_acceptance),
+    Experiment("heads_tree_gain_16", {"zh": "训练过的 heads 草稿器用 16 个节点的动态树时的 τ，相对它 k=4 草稿链的 τ 之比（贪心，两条闲聊、两条问答和一个故事提示）",
+                                      "en": "τ of the trained heads with a 16-node dynamic tree over τ of their chain of k=4 (greedy, two chat, two QA prompts and a story)"},
+               "x", _tree_gain, weights=True, reads=(*SUITE, tree_table_path("smollm2-135m", "heads"))),
 ]}
 
 

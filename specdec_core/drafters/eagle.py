@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from .. import llama
 from ..models import LoadedModel
-from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
-from ..drafting import Draft, Drafter, draft_chain, model_draft, tree_draft
+from ..sampling import SamplingParams
+from ..drafting import Draft, Drafter, draft_chain, draft_probs, model_draft, tree_draft
 from ..trees import TreeSize, ancestor_mask, expand_tree, row_positions
 from .vocab import ReducedVocab
 
@@ -188,8 +188,7 @@ class EagleDrafter(Drafter):
         out = [feature[-1]]  # the feature each fed row's step put out, the root's first (row r at r + 1)
 
         def q_of(state: torch.Tensor, history: list[int]) -> torch.Tensor:
-            logits = self.vocab.expand(self.vocab.logits(self.net.head_state(state)))
-            return logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
+            return draft_probs(self.vocab.expand(self.vocab.logits(self.net.head_state(state))), history, params)
 
         def children_q(tokens: list[int], tree: list[int], paths: list[list[int]]) -> torch.Tensor:
             nonlocal cache

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from ..models import LoadedModel
-from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
+from ..sampling import SamplingParams
 from ..trees import Tree, TreeSize, best_blind_tree, node_depths
-from ..drafting import Draft, Drafter, draft_chain, model_draft, tree_draft
+from ..drafting import Draft, Drafter, draft_chain, draft_probs, model_draft, tree_draft
 from .vocab import ReducedVocab
 
 
@@ -83,8 +83,7 @@ class HeadsDrafter(Drafter):
             return self._static(logits, context, k, params)
         if self.tree:
             # Head i's guess ignores the drafts before it, so each depth has one q and the best tree is exact.
-            q = torch.stack([logits_to_probs(penalise_repeats(self.vocab.expand(row), context, params.repetition_penalty),
-                                             params) for row in logits[:k]])  # (depth, V)
+            q = torch.stack([draft_probs(self.vocab.expand(row), context, params) for row in logits[:k]])  # (depth, V)
             return tree_draft(best_blind_tree(q, self.tree.cap), self.tree)
         # Head i guesses blind to the drafts before it: its row ignores `prev`.
         return model_draft(*draft_chain(lambda i, prev: self.vocab.expand(logits[i]), context, min(k, len(logits)),
@@ -94,8 +93,7 @@ class HeadsDrafter(Drafter):
         """Medusa's static tree: the same shape every step, node i taking the guess of its rank at its depth."""
         shape = self.shape.within(min(k, len(logits)))
         depths = node_depths(shape.parents)
-        q = [logits_to_probs(penalise_repeats(self.vocab.expand(row), context, params.repetition_penalty), params)
-             for row in logits[:max(depths)]]
+        q = [draft_probs(self.vocab.expand(row), context, params) for row in logits[:max(depths)]]
         ranked = [torch.topk(row, max(shape.tokens) + 1) for row in q]  # (values, ids) per depth
         tokens = [int(ranked[d - 1].indices[rank]) for d, rank in zip(depths, shape.tokens)]
         probs = [float(ranked[d - 1].values[rank]) for d, rank in zip(depths, shape.tokens)]

@@ -13,8 +13,8 @@ from transformers import DynamicCache, LlamaForCausalLM
 from .. import llama
 from ..errors import SpecDecError
 from ..models import LoadedModel
-from ..sampling import SamplingParams, logits_to_probs, penalise_repeats
-from ..drafting import Draft, Drafter, choose_draft, draft_chain, model_draft, tree_draft
+from ..sampling import SamplingParams
+from ..drafting import Draft, Drafter, choose_draft, draft_chain, draft_probs, model_draft, tree_draft
 from ..trees import TreeSize, expand_tree
 from .vocab import ReducedVocab
 
@@ -77,16 +77,13 @@ class DraftModelDrafter(Drafter):
         proposal catches the cache up with whatever the target accepted."""
         fed = 0
 
-        def q_of(logits: torch.Tensor, history: list[int]) -> torch.Tensor:
-            return logits_to_probs(penalise_repeats(logits, history, params.repetition_penalty), params)
-
         def children_q(tokens: list[int], tree: list[int], paths: list[list[int]]) -> torch.Tensor:
             nonlocal fed
             logits, _ = llama.forward(self.model, self.cache, torch.tensor([tokens], device=self.device), tree=tree)
             fed = len(tree)
-            return torch.stack([q_of(self._full(row), context + path) for row, path in zip(logits[0], paths)])
+            return torch.stack([draft_probs(self._full(row), context + path, params) for row, path in zip(logits[0], paths)])
 
-        tree = expand_tree(q_of(first, context), children_q, k, self.tree.cap)
+        tree = expand_tree(draft_probs(first, context, params), children_q, k, self.tree.cap)
         if fed:
             self.cache.crop(-fed)
         return tree_draft(tree, self.tree)
