@@ -9,7 +9,8 @@ Layers, top to bottom; each imports only from the layers below it (`scripts/chec
     generation   the front door: generate / stream by drafter name, with this machine's measured costs
     drafters/    one file per drafter, one registry (`make_drafter`), trained weights in weights/
     core         decode (the loops), drafting (the drafter interface and the shared draft loop),
-                 target, llama, batch, kernels, quant, sampling, costmodel, trace, metrics, theory, models
+                 trees/ (draft trees: shape, which nodes, verification), target, llama, batch, kernels, quant,
+                 sampling, costmodel, trace, metrics, theory, models
     leaves       suite (prompt files), provenance (commit, machine), errors, offline
 
 `cli.py` is the shell over all of them; nothing imports it.
@@ -33,7 +34,8 @@ _NAMES = {
     "StepEvent": "trace", "Token": "trace", "Trace": "trace",
 }
 _MODULES = ("batch", "bench", "cli", "costmodel", "course", "decode", "drafters", "drafting", "errors", "generation",
-            "metrics", "models", "provenance", "sampling", "serving", "suite", "target", "theory", "trace", "training")
+            "metrics", "models", "provenance", "sampling", "serving", "suite", "target", "theory", "trace", "training",
+            "trees")
 # Modules that moved when the package grew layers: learners' notebooks (and the lessons) import them
 # by their old names (`from specdec_core.quiz import quiz_widget`, `sd.experiments.run`), which keep working.
 _MOVED = {"quiz": "course.quiz", "experiments": "course.experiments", "lesson_outputs": "course.lesson_outputs",

@@ -355,12 +355,47 @@ def test_a_drafters_tree_reads_each_path_as_its_chain_would(smol, name, monkeypa
     assert worst(first_step_records(smol, name, "dynamic", monkeypatch, module))[0] > 1e-4
 
 
-@pytest.mark.parametrize("name", ["draft", "eagle", "early-exit", "quant"])
+@pytest.mark.parametrize("name", ["draft", "eagle", "early-exit", "quant", "block", "block-parallel"])
 def test_greedy_dynamic_trees_of_every_tree_drafter_equal_ar_tiny(tiny, name):
     for prompt in random_prompts(3, seed=6):
         expected = sd.generate(tiny, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=20)).token_ids
         options = {"early_exit_layers": 1} if name == "early-exit" else {}  # tiny has two layers
         assert sd.generate(tiny, prompt, tree_config(drafter=name, tree_nodes=10, drafter_options=options)).token_ids == expected
+
+
+@pytest.mark.parametrize("name", ["block", "block-parallel"])
+def test_a_block_tree_biases_each_node_by_its_own_token(tiny, name, monkeypatch):
+    """Along the chain's own greedy drafts, the q of each tree node equals the chain's q at that position:
+    the Markov bias of a node's children comes from the node's own token (block-parallel: no bias). The
+    batched path (one backbone forward for many requests) drafts the same trees."""
+    from specdec_core.drafters import block
+    chains, trees = [], []
+    real_chain, real_expand = block.draft_chain, block.expand_tree
+    monkeypatch.setattr(block, "draft_chain", lambda *args: chains.append(real_chain(*args)) or chains[-1])
+
+    def spy(root_q, children_q, depth, n_nodes, branch=4):
+        record = {(): root_q}
+
+        def recorded(tokens, rows, paths):
+            qs = children_q(tokens, rows, paths)
+            record.update({tuple(path): q for path, q in zip(paths, qs)})
+            return qs
+        trees.append(record)
+        return real_expand(root_q, recorded, depth, n_nodes, branch)
+    monkeypatch.setattr(block, "expand_tree", spy)
+    prompt = random_prompts(1, seed=5)[0]
+    sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", drafter=name, k=4, max_new_tokens=8))
+    sd.generate(tiny, prompt, tree_config(drafter=name, tree_nodes=12, max_new_tokens=8))
+    tokens, chain_q = chains[0]
+    compared = [float((trees[0][tuple(tokens[:i])] - chain_q[i]).abs().max())
+                for i in range(len(tokens)) if tuple(tokens[:i]) in trees[0]]
+    assert len(compared) >= 3 and max(compared) < 1e-6
+    first_served = len(trees)
+    requests, _ = serve(tiny, [prompt, prompt], [tree_config(drafter=name, tree_nodes=12, max_new_tokens=8),
+                                                 sd.GenerationConfig(mode="spec", drafter=name, k=4, max_new_tokens=8)])
+    assert [r.output_ids for r in requests] == [sd.generate(tiny, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=8)).token_ids] * 2
+    served = trees[first_served]  # the served request's first tree: the same nodes, the same q
+    assert served.keys() == trees[0].keys() and all(torch.allclose(served[path], q, atol=1e-6) for path, q in trees[0].items())
 
 
 # --- static (Medusa) trees --------------------------------------------------------------------------

@@ -34,7 +34,9 @@ TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters wit
 MIX_MODELS = ("quant",)
 # Each drafter's own knobs; drafters not listed have none (the model drafters share the config's dynamic_k).
 # The drafters that can draft each kind of tree (`--tree`); every drafter drafts a chain.
-TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"static": ("heads",), "dynamic": ("heads", "draft", "eagle", "early-exit", "quant")}
+TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"static": ("heads",),
+                                             "dynamic": ("heads", "draft", "eagle", "early-exit", "quant", "block",
+                                                         "block-parallel")}
 OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
                             "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions}
 OPTION_NAMES = tuple(sorted({f.name for cls in set(OPTIONS.values()) for f in fields(cls)}))
@@ -117,7 +119,7 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
         return EagleDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, config.dynamic_k, tree)
     if name in ("block", "block-parallel"):
         net = drafter_module(lm, name, BlockNet if name == "block" else ParallelBlockNet)
-        return BlockDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, name, config.dynamic_k)
+        return BlockDrafter(net, module_vocab(net, lm.model.lm_head.weight), lm.model, name, config.dynamic_k, tree)
     if name == "mix":
         ngram = NgramDrafter(options.ngram_min, options.ngram_max, _verify_ratios(costs, name, config.k))
         missing = [model for model in MIX_MODELS if model not in costs.draft_c]

@@ -35,7 +35,8 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 from .. import llama
 from ..models import LoadedModel
 from ..sampling import SamplingParams
-from ..drafting import Draft, Drafter, draft_chain
+from ..drafting import Draft, Drafter, draft_chain, draft_probs, tree_draft
+from ..trees import TreeSize, expand_tree
 from .vocab import ReducedVocab
 
 # The fused target layers as fractions of the depth (`llama.depth_layer`): 5, 15, 25 of 30.
@@ -178,8 +179,9 @@ class BlockDrafter(Drafter):
     on); each step drafts one block: one backbone forward, then the serial Markov head."""
 
     def __init__(self, net: BlockNet, vocab: ReducedVocab, target: torch.nn.Module, name: str = "block",
-                 dynamic_k: float | None = None) -> None:
+                 dynamic_k: float | None = None, tree: TreeSize | None = None) -> None:
         self.net = net.eval()
+        self.tree = tree
         self.vocab = vocab
         self.target = target  # borrowed: embeddings and rotary tables
         self.name = name
@@ -257,7 +259,8 @@ class BlockDrafter(Drafter):
         states = net.backbone(target, net.slots(target, anchors, width), positions, kv, mask)  # (B, width, H)
         guesses = vocab.logits(states)  # (B, width, N): the backbone's own guess at every slot
         for b, r in enumerate(live):
-            drafts[r] = drafters[r]._serial(states[b], guesses[b], contexts[r], min(ks[r], width), params[r], generators[r])
+            draft = drafters[r]._tree if drafters[r].tree else drafters[r]._serial
+            drafts[r] = draft(states[b], guesses[b], contexts[r], min(ks[r], width), params[r], generators[r])
         return drafts
 
     def _serial(self, states: torch.Tensor, guesses: torch.Tensor, context: list[int], k: int,
@@ -277,6 +280,21 @@ class BlockDrafter(Drafter):
         confidence = self.net.calibrated(torch.stack(raw), regime)[:len(tokens)].tolist() if raw else []
         guess = self.vocab.ids[guesses[:len(tokens)].argmax(-1)].tolist()
         return Draft(tokens, torch.stack(qs) if qs else None, confidence=confidence, guess=guess)
+
+    def _tree(self, states: torch.Tensor, guesses: torch.Tensor, context: list[int], k: int,
+              params: SamplingParams, generator: torch.Generator) -> Draft:
+        """EAGLE-2's dynamic tree from one block: a node at depth d takes slot d's backbone guess plus the
+        Markov bias from its own token, so every level is expanded without another backbone forward
+        (block-parallel, with no Markov head, gives each depth one q: the tree of blind guesses)."""
+
+        def q_after(slot: int, prev: int, history: list[int]) -> torch.Tensor:
+            bias = self.net.markov(self.vocab.index[torch.tensor(prev, device=states.device)])
+            return draft_probs(self.vocab.expand(guesses[slot] + bias), history, params)
+
+        def children_q(tokens: list[int], tree: list[int], paths: list[list[int]]) -> torch.Tensor:
+            return torch.stack([q_after(len(path), token, context + path) for token, path in zip(tokens, paths)])
+
+        return tree_draft(expand_tree(q_after(0, context[-1], context), children_q, k, self.tree.cap), self.tree)
 
     def memory_bytes(self) -> int:
         cache = sum(t.numel() * t.element_size() for pair in (self.kv or []) for t in pair)
