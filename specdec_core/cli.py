@@ -40,7 +40,8 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
     p.add_argument("--dynamic-k", type=float, default=None, metavar="T",
                    help="stop drafting when the draft's top probability falls below T")
     p.add_argument("--tree", default="chain",
-                   help="spec: verify the drafts as a chain (default) or a dynamic tree of the drafter's best guesses (heads)")
+                   help="spec: verify the drafts as a chain (default), a static tree (heads: Medusa's shape) or a dynamic "
+                        "tree of the drafter's best guesses (heads, eagle, draft, early-exit, quant, block, block-parallel)")
     p.add_argument("--tree-nodes", type=int, default=0, metavar="N",
                    help="a tree's size, drafts per verify forward (default 0: each step, the size that pays on this machine's measured costs)")
     p.add_argument("--window", type=int, default=16, help="nar/jacobi window (default 16)")
@@ -88,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
     b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server (http://host:port): run the prompts "
+                   "there instead of on the local engine, with its speculative counters (--model: the served model's name)")
+    b.add_argument("--baseline-endpoint", metavar="URL", help="with --endpoint: a second server (speculation off), "
+                   "interleaved per prompt; speedups are endpoint over baseline")
     add_generation_options(b, sweep=True)
 
     pr = sub.add_parser("profile", help="measure the cost model: forward time vs tokens and batch size")

@@ -174,6 +174,16 @@ def steady_state(requests: list, concurrency: int) -> tuple[list, float, float]:
     return by_arrival, by_arrival[0].arrival_s, max(r.finish_s for r in requests)
 
 
+def request_speed(request) -> tuple[float | None, float, list[float]]:
+    """One request's (per-user tokens/s, TTFT, inter-token gaps) from its arrival_s and deliveries
+    [(time, tokens)] (module docstring): the one definition the local load test, its replay and a remote
+    server's requests (`bench/remote.py`) all share. tokens/s is None for a request of one token."""
+    times = [t for t, n in request.deliveries if n > 0]
+    tokens = sum(n for _, n in request.deliveries)
+    speed = (tokens - 1) / (times[-1] - times[0]) if tokens > 1 and times[-1] > times[0] else None
+    return speed, times[0] - request.arrival_s, [b - a for a, b in zip(times, times[1:])]
+
+
 def speed_metrics(requests: list, concurrency: int, category_of: dict[str, str] | None = None) -> dict:
     """Per-user speed, TTFT, inter-token latency and aggregate throughput of a run's steady state.
     Works on anything with id, label, arrival_s, finish_s and deliveries [(time, tokens)]: served
@@ -181,12 +191,11 @@ def speed_metrics(requests: list, concurrency: int, category_of: dict[str, str] 
     steady, start, end = steady_state(requests, concurrency)
     per_user, ttft, gaps = {}, [], []
     for r in steady:
-        times = [t for t, n in r.deliveries if n > 0]
-        tokens = sum(n for _, n in r.deliveries)
-        if tokens > 1 and times[-1] > times[0]:
-            per_user[r.id] = (tokens - 1) / (times[-1] - times[0])
-        ttft.append(times[0] - r.arrival_s)
-        gaps += [b - a for a, b in zip(times, times[1:])]
+        speed, first, request_gaps = request_speed(r)
+        if speed is not None:
+            per_user[r.id] = speed
+        ttft.append(first)
+        gaps += request_gaps
     delivered = sum(n for r in requests for t, n in r.deliveries if start <= t <= end)
     by_category: dict[str, list[float]] = {}
     for r in steady:

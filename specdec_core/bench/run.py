@@ -326,6 +326,11 @@ def environment(lm: LoadedModel) -> dict:
 def run_bench(args) -> dict:
     from tqdm import tqdm
 
+    if getattr(args, "baseline_endpoint", None) and not getattr(args, "endpoint", None):
+        raise SpecDecError("--baseline-endpoint needs --endpoint (the server to compare with it)")
+    if getattr(args, "endpoint", None):  # a remote server instead of the local engine (bench/remote.py)
+        from .remote import run_remote_bench_command
+        return run_remote_bench_command(args)
     cases = load_prompts(args.prompts)
     if args.limit:
         cases = cases[: args.limit]

@@ -1,0 +1,574 @@
+"""The lab's methodology pointed at any OpenAI-compatible server: `bench --endpoint URL [--baseline-endpoint URL]`.
+
+A request is streamed (`stream: true`) and the wall time at which each content chunk arrives is recorded,
+so TTFT, inter-token gaps and per-user tokens/s come from the client's clock, as a user sees them. The
+figures are computed by the load test's own `request_speed` / `speed_metrics` (`bench/loadtest.py`): a
+remote request carries the same `id, label, arrival_s, finish_s, deliveries [(time, tokens)]` as a
+served one, so there is one definition of every speed figure, not a copy.
+
+The client is `httpx`, not the official `openai` package: the timing needs the raw SSE chunks as they
+arrive (the `openai` client parses and buffers them into typed objects and drops fields it does not
+know), and the servers' speculative figures live in such fields (llama.cpp's per-response `timings`
+with `draft_n` / `draft_n_accepted`). httpx is already in the environment (streamlit depends on it),
+so this adds no dependency. `trust_env=False`: requests go only to the URL given, never through a
+proxy named by the environment; redirects are not followed for the same reason.
+
+Speculative counters come from the servers themselves and are converted into the lab's vocabulary
+(`metrics.py`): `/metrics` (Prometheus text, parsed with `prometheus_client`'s parser) snapshotted before
+and after a run and differenced, where the server exposes vLLM's spec-decode counters (vLLM as
+`vllm:spec_decode_*`, llama.cpp's `llama-server --metrics` under the same names as `llamacpp:spec_decode_*`),
+and llama.cpp's per-response `timings.draft_n` / `draft_n_accepted`, summed over the run's requests.
+Every figure a server does not expose is listed as such, never guessed.
+
+Token counts: one content chunk is counted as one token (llama.cpp and vLLM stream one token per chunk);
+when the final `usage.completion_tokens` says more (a held-back partial UTF-8 character, a stop token),
+the difference is credited to the last delivery, so the total is the server's own count.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..errors import SpecDecError, ensure_writable
+from ..metrics import conditional_acceptance, pooled_per_position
+from ..suite import PromptCase, load_prompts
+from .loadtest import request_speed
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+MODELS_PATH = "/v1/models"
+METRICS_PATH = "/metrics"
+TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=5.0)  # a slow CPU server may think long
+# vLLM's spec-decode counters (llama-server --metrics exposes the same names under `llamacpp:`).
+SPEC_COUNTERS = {"num_drafts": "spec_decode_num_drafts_total", "num_draft_tokens": "spec_decode_num_draft_tokens_total",
+                 "num_accepted_tokens": "spec_decode_num_accepted_tokens_total"}
+SPEC_PER_POS = "spec_decode_num_accepted_tokens_per_pos_total"
+
+Snapshot = dict[str, dict[tuple[tuple[str, str], ...], float]]  # sample name -> labels -> value
+
+
+# --- one streamed request ------------------------------------------------------------------------
+
+
+@dataclass
+class RemoteRequest:
+    """One streamed request as the client saw it; the same timing fields as a served `Request`."""
+
+    id: int
+    label: str  # the prompt's id
+    endpoint: str
+    arrival_s: float = 0.0  # perf_counter when the request was sent
+    deliveries: list[tuple[float, int]] = field(default_factory=list)  # (arrival of a content chunk, tokens)
+    finish_s: float | None = None
+    text: str = ""
+    completion_tokens: int = 0  # usage.completion_tokens if given, else content chunks
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    timings: dict | None = None  # llama.cpp's per-response timings (draft_n, draft_n_accepted, predicted_n ...)
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.finish_s is not None and bool(self.deliveries)
+
+    @property
+    def first_token_s(self) -> float | None:
+        return self.deliveries[0][0] if self.deliveries else None
+
+
+def normalize_endpoint(url: str) -> str:
+    """`http://host:port[/v1][/]` -> `http://host:port`; anything else is a one-line error."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SpecDecError(f"endpoint {url!r} is not an http(s) URL such as http://127.0.0.1:8080")
+    path = parts.path.rstrip("/")
+    path = path[:-3] if path.endswith("/v1") else path
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def make_client() -> httpx.Client:
+    # trust_env=False: no proxy from the environment; follow_redirects=False: only the URL given is contacted.
+    return httpx.Client(timeout=TIMEOUT, trust_env=False, follow_redirects=False)
+
+
+def _unreachable(endpoint: str, err: Exception) -> SpecDecError:
+    reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return SpecDecError(f"cannot reach {endpoint}: {reason}")
+
+
+def served_models(client: httpx.Client, endpoint: str) -> list[str]:
+    """GET /v1/models: the model ids the server serves. Unreachable, or not an OpenAI-compatible answer:
+    a one-line error, before any timed request."""
+    try:
+        response = client.get(endpoint + MODELS_PATH)
+    except httpx.HTTPError as err:
+        raise _unreachable(endpoint, err)
+    body = _json_or_none(response.text)
+    if response.status_code != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        raise SpecDecError(f"{endpoint} is not an OpenAI-compatible server: GET {MODELS_PATH} answered "
+                           f"{response.status_code} {_describe(response)}")
+    return [str(m.get("id")) for m in body["data"] if isinstance(m, dict) and m.get("id")]
+
+
+def _json_or_none(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _describe(response: httpx.Response) -> str:
+    """A few words on what came back instead of what we expected (for one-line errors)."""
+    kind = response.headers.get("content-type", "no content type").split(";")[0]
+    body = _json_or_none(response.text) if "json" in kind else None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return f"with error {str(body['error'].get('message', ''))[:160]!r}"
+    if isinstance(body, dict):
+        return f"JSON without the expected fields (keys: {', '.join(sorted(body)[:6])})"
+    return f"{kind} ({len(response.content)} bytes)"
+
+
+def chat_payload(messages: list[dict], model: str, max_tokens: int, temperature: float, seed: int) -> dict:
+    return {"model": model, "messages": messages, "stream": True, "stream_options": {"include_usage": True},
+            "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+
+
+def stream_chat(client: httpx.Client, endpoint: str, messages: list[dict], *, model: str, max_tokens: int,
+                temperature: float = 0.0, seed: int = 0, id: int = 0, label: str = "") -> RemoteRequest:
+    """One streamed /v1/chat/completions request. A failure after the request was sent (refused, cut
+    mid-stream, an error status) is recorded in `.error`, not raised: a run keeps what completed."""
+    return _stream(client, endpoint, CHAT_PATH, chat_payload(messages, model, max_tokens, temperature, seed),
+                   RemoteRequest(id, label, endpoint))
+
+
+def stream_completion(client: httpx.Client, endpoint: str, prompt: str, *, model: str, max_tokens: int,
+                      temperature: float = 0.0, seed: int = 0, id: int = 0, label: str = "") -> RemoteRequest:
+    """The same over /v1/completions (a raw prompt: no chat template applied by the server)."""
+    payload = {"model": model, "prompt": prompt, "stream": True, "stream_options": {"include_usage": True},
+               "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+    return _stream(client, endpoint, COMPLETIONS_PATH, payload, RemoteRequest(id, label, endpoint))
+
+
+def _stream(client: httpx.Client, endpoint: str, path: str, payload: dict, record: RemoteRequest) -> RemoteRequest:
+    record.arrival_s = time.perf_counter()
+    done = False
+    try:
+        with client.stream("POST", endpoint + path, json=payload) as response:
+            kind = response.headers.get("content-type", "")
+            if response.status_code != 200 or not kind.startswith("text/event-stream"):
+                response.read()
+                record.error = f"POST {path} answered {response.status_code} {_describe(response)}"
+                return record
+            for arrived, chunk in sse_events(response):
+                if chunk is None:  # data: [DONE]
+                    done = True
+                    break
+                _take_chunk(record, arrived, chunk)
+    except httpx.HTTPError as err:
+        record.error = f"the stream broke: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        return record
+    except SpecDecError as err:
+        record.error = str(err)
+        return record
+    record.finish_s = time.perf_counter()
+    if not done and record.finish_reason is None:
+        record.error = "the stream ended before the server finished the response (no finish_reason, no [DONE])"
+    elif not record.deliveries:
+        record.error = "the server finished without any content"
+    _settle_token_count(record)
+    return record
+
+
+def sse_events(response: httpx.Response) -> Iterator[tuple[float, dict | None]]:
+    """(arrival time, parsed `data:` JSON) per server-sent event; None for `data: [DONE]`. The time is
+    taken when the line is read, before parsing, so JSON decoding is not counted as the server's."""
+    for line in response.iter_lines():
+        arrived = time.perf_counter()
+        if not line.startswith("data:"):
+            continue  # comments, `event:` lines, keep-alives
+        data = line[5:].strip()
+        if data == "[DONE]":
+            yield arrived, None
+            return
+        chunk = _json_or_none(data)
+        if not isinstance(chunk, dict):
+            raise SpecDecError(f"the stream holds a non-JSON event: {data[:80]!r}")
+        if "error" in chunk and "choices" not in chunk:
+            message = chunk["error"].get("message", chunk["error"]) if isinstance(chunk["error"], dict) else chunk["error"]
+            raise SpecDecError(f"the server reported an error mid-stream: {str(message)[:160]}")
+        yield arrived, chunk
+
+
+def _take_chunk(record: RemoteRequest, arrived: float, chunk: dict) -> None:
+    """One chunk into the record: content (a delivery), finish reason, usage, llama.cpp's timings."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        raise SpecDecError(f"not an OpenAI stream: a chunk without 'choices' (keys: {', '.join(sorted(chunk)[:6])})")
+    for choice in choices:
+        delta = choice.get("delta") or {}
+        text = delta.get("content") if "delta" in choice else choice.get("text")
+        if text:
+            record.text += text
+            record.deliveries.append((arrived, 1))
+        if choice.get("finish_reason"):
+            record.finish_reason = choice["finish_reason"]
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        record.completion_tokens = int(usage.get("completion_tokens") or 0)
+        record.prompt_tokens = usage.get("prompt_tokens")
+    if isinstance(chunk.get("timings"), dict):
+        record.timings = chunk["timings"]
+
+
+def _settle_token_count(record: RemoteRequest) -> None:
+    """Credit tokens the usage counts beyond the content chunks to the last delivery (module docstring)."""
+    chunks = sum(n for _, n in record.deliveries)
+    if record.completion_tokens > chunks and record.deliveries:
+        t, n = record.deliveries[-1]
+        record.deliveries[-1] = (t, n + record.completion_tokens - chunks)
+    record.completion_tokens = max(record.completion_tokens, chunks)
+
+
+def request_figures(record: RemoteRequest) -> dict:
+    """TTFT, inter-token gaps and per-user tokens/s of one completed request: loadtest.request_speed."""
+    speed, ttft, gaps = request_speed(record)
+    return {"tokens_per_s": speed, "ttft_s": ttft, "itl_s": gaps, "wall_s": record.finish_s - record.arrival_s}
+
+
+# --- server counters -----------------------------------------------------------------------------
+
+
+def parse_metrics(text: str) -> Snapshot:
+    """Prometheus text -> {sample name: {labels: value}} with prometheus_client's own parser; a page
+    it cannot read is a one-line error."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: Snapshot = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = float(sample.value)
+    except (ValueError, TypeError, IndexError) as err:
+        raise SpecDecError(f"the /metrics page is not Prometheus text: {str(err).splitlines()[0][:120]}")
+    return out
+
+
+def fetch_metrics(client: httpx.Client, endpoint: str) -> Snapshot | None:
+    """The server's /metrics now, or None when it has none (404: llama-server without --metrics)."""
+    try:
+        response = client.get(endpoint + METRICS_PATH)
+    except httpx.HTTPError as err:
+        raise _unreachable(endpoint, err)
+    if response.status_code in (404, 501) or (response.status_code != 200 and "metrics" in response.text.lower()):
+        return None
+    if response.status_code != 200:
+        raise SpecDecError(f"GET {endpoint}{METRICS_PATH} answered {response.status_code} {_describe(response)}")
+    return parse_metrics(response.text)
+
+
+def counter_delta(before: Snapshot, after: Snapshot) -> Snapshot:
+    """after - before for every `_total` counter sample; a counter that went down means the server
+    restarted in between, and the difference would be meaningless: a one-line error."""
+    out: Snapshot = {}
+    for name, series in after.items():
+        if not name.endswith("_total"):
+            continue  # gauges and `_created` timestamps are not differenced
+        for labels, value in series.items():
+            old = before.get(name, {}).get(labels, 0.0)
+            if value < old:
+                raise SpecDecError(f"counter {name} went down ({old:g} -> {value:g}): the server restarted during the run")
+            out.setdefault(name, {})[labels] = value - old
+    return out
+
+
+def _counter(delta: Snapshot, suffix: str) -> float | None:
+    """A counter's total over its labels, whatever the engine prefix (`vllm:`, `llamacpp:`)."""
+    names = [n for n in delta if n.split(":")[-1] == suffix]
+    return sum(sum(delta[n].values()) for n in names) if names else None
+
+
+def _per_position(delta: Snapshot) -> list[float] | None:
+    names = [n for n in delta if n.split(":")[-1] == SPEC_PER_POS]
+    if not names:
+        return None
+    counts: dict[int, float] = {}
+    for name in names:
+        for labels, value in delta[name].items():
+            position = int(dict(labels).get("position", 0))
+            counts[position] = counts.get(position, 0.0) + value
+    return [counts.get(i, 0.0) for i in range(max(counts) + 1)] if counts else None
+
+
+def speculative_figures(delta: Snapshot | None, requests: list[RemoteRequest]) -> dict:
+    """The server's speculative counters in the lab's vocabulary (metrics.py):
+    - alpha-bar = accepted / drafted tokens (draft_acceptance_rate);
+    - tau = decode tokens / target decode forwards (mean_acceptance_length, prefill excluded): from
+      llama.cpp's timings, where each request's predicted_n - 1 decode tokens took predicted_n - 1 -
+      draft_n_accepted forwards; vLLM's "mean acceptance length" 1 + accepted / drafts counts drafting
+      steps only (equal to tau when every step drafts) and is given beside it as tau_per_drafting_step;
+    - acceptance per position s_i = accepted at position i / drafts (vLLM's per-position counter; a draft
+      shorter than i counts as not accepted there), and a_i = s_i / s_(i-1) (metrics.conditional_acceptance).
+    `not_exposed` names every figure this server did not give."""
+    counters = {key: _counter(delta, name) for key, name in SPEC_COUNTERS.items()} if delta else {}
+    per_pos = _per_position(delta) if delta else None
+    done = [r for r in requests if r.ok]
+    timed = [r.timings for r in done if r.timings and "draft_n" in r.timings]
+    predicted = [r.timings for r in done if r.timings and "predicted_n" in r.timings]
+    out: dict = {"source": [], "not_exposed": []}
+    if delta is None:
+        out["not_exposed"].append("/metrics (no Prometheus page: for llama-server, start it with --metrics)")
+    if any(v is not None for v in counters.values()):
+        out["source"].append("/metrics")
+        out.update({f"metrics_{k}": v for k, v in counters.items()})
+    out["not_exposed"] += [f"/metrics {SPEC_COUNTERS[k]}" for k, v in counters.items() if v is None and delta is not None]
+    if timed:
+        out["source"].append("timings")
+        out["timings_draft_n"] = sum(t["draft_n"] for t in timed)
+        out["timings_draft_n_accepted"] = sum(t.get("draft_n_accepted", 0) for t in timed)
+    elif predicted:
+        out["not_exposed"].append("per-response timings.draft_n / draft_n_accepted (llama.cpp omits them when speculation is off)")
+    else:
+        out["not_exposed"].append("per-response timings.draft_n / draft_n_accepted")
+    drafted = counters.get("num_draft_tokens") if counters.get("num_draft_tokens") is not None else out.get("timings_draft_n")
+    accepted = counters.get("num_accepted_tokens") if counters.get("num_accepted_tokens") is not None else out.get("timings_draft_n_accepted")
+    out["num_draft_tokens"], out["num_accepted_tokens"] = drafted, accepted
+    out["draft_acceptance_rate"] = accepted / drafted if drafted else None
+    drafts = counters.get("num_drafts")
+    out["num_drafts"] = drafts
+    out["tau_per_drafting_step"] = 1 + accepted / drafts if drafts and accepted is not None else None
+    if done and len(predicted) == len(done):  # a response without draft_n drafted nothing: its forwards = its tokens
+        tokens = sum(t["predicted_n"] - 1 for t in predicted)
+        forwards = tokens - sum(t.get("draft_n_accepted", 0) for t in predicted)
+        out["mean_acceptance_length"] = tokens / forwards if forwards > 0 else None
+    else:
+        out["mean_acceptance_length"] = None
+        out["not_exposed"].append("tau (decode forwards per request: llama.cpp's timings.predicted_n with draft_n_accepted)")
+    if drafts == 0:
+        out["acceptance_per_pos"] = out["conditional_acceptance_per_pos"] = None  # nothing drafted: nothing to say
+    elif per_pos is not None and drafts:
+        survival = pooled_per_position([[int(drafts)] * len(per_pos)], [[int(c) for c in per_pos]])
+        # s_i cannot rise with i: past its first zero every position is zero (llama.cpp lists all up to its max).
+        zero = next((i for i, x in enumerate(survival) if not x), None)
+        survival = survival if zero is None else survival[:zero + 1]
+        out["acceptance_per_pos"] = survival
+        out["conditional_acceptance_per_pos"] = conditional_acceptance(survival)
+    else:
+        out["acceptance_per_pos"] = out["conditional_acceptance_per_pos"] = None
+        out["not_exposed"].append(f"/metrics {SPEC_PER_POS} (acceptance per position)")
+    if drafted is None:
+        out["not_exposed"].append("drafted / accepted tokens (alpha-bar): no speculative counters at all")
+    if drafts is None:
+        out["not_exposed"].append("drafting steps (tau per drafting step)")
+    return out
+
+
+# --- bench against one server or two, interleaved ------------------------------------------------
+
+
+@dataclass
+class Server:
+    label: str  # "endpoint" or "baseline"
+    url: str
+    model: str
+    client: httpx.Client
+    before: Snapshot | None = None
+    failed: str = ""  # the first failure: later prompts are not sent to a server that failed
+
+
+def open_server(label: str, url: str, model: str | None) -> Server:
+    """Check the server answers like an OpenAI one and pick the model name: the one asked for when
+    the server serves it (or serves anything: llama-server answers to any name), else its first."""
+    url = normalize_endpoint(url)
+    client = make_client()
+    models = served_models(client, url)
+    if model and model not in models and len(models) > 1:
+        raise SpecDecError(f"{url} does not serve model {model!r} (it serves: {', '.join(models[:5])})")
+    chosen = model if model and (model in models or not models) else (models[0] if models else "default")
+    return Server(label, url, chosen, client, fetch_metrics(client, url))
+
+
+def run_case(server: Server, case: PromptCase, first_id: int, max_tokens: int, temperature: float,
+             seed: int) -> list[RemoteRequest]:
+    """One prompt, every turn, on one server (a later turn sees that server's own earlier answers)."""
+    messages: list[dict] = []
+    out = []
+    for turn in case.turns:
+        messages.append({"role": "user", "content": turn})
+        record = stream_chat(server.client, server.url, messages, model=server.model, max_tokens=max_tokens,
+                             temperature=temperature, seed=seed, id=first_id + len(out), label=case.id)
+        out.append(record)
+        if not record.ok:
+            break
+        messages.append({"role": "assistant", "content": record.text})
+    return out
+
+
+def case_row(server: Server, case: PromptCase, records: list[RemoteRequest]) -> dict:
+    """One prompt on one server, like a local bench row: wall_s and tokens over its turns, TTFT of the first."""
+    ok = all(r.ok for r in records) and len(records) == len(case.turns)
+    figures = [request_figures(r) for r in records if r.ok]
+    speeds = [f["tokens_per_s"] for f in figures if f["tokens_per_s"] is not None]
+    return {"prompt_id": case.id, "category": case.category, "endpoint": server.label, "url": server.url,
+            "ok": ok, "error": next((r.error for r in records if r.error), "" if ok else "not run"),
+            "text": "".join(r.text for r in records), "new_tokens": sum(r.completion_tokens for r in records),
+            "wall_s": sum(f["wall_s"] for f in figures), "ttft_s": figures[0]["ttft_s"] if figures else None,
+            "tokens_per_s": statistics.median(speeds) if speeds else None,  # per-user decode speed (request_speed)
+            "itl_s": [g for f in figures for g in f["itl_s"]],
+            "finish_reasons": [r.finish_reason for r in records],
+            "timings": [r.timings for r in records if r.timings]}
+
+
+def run_remote_bench(servers: list[Server], cases: list[PromptCase], max_tokens: int, temperature: float,
+                     seed: int, repeats: int = 1, progress=None) -> tuple[list[dict], dict[str, list[RemoteRequest]]]:
+    """Every prompt on every server, interleaved per prompt (the order rotates each prompt, as the local
+    bench does). A server that fails is not asked again; its remaining prompts are rows marked 'not run'."""
+    rows, records = [], {s.label: [] for s in servers}
+    for index, case in enumerate(cases):
+        for repeat in range(repeats):
+            shift = (index + repeat) % len(servers)
+            for server in servers[shift:] + servers[:shift]:
+                if server.failed:
+                    done: list[RemoteRequest] = []
+                else:
+                    done = run_case(server, case, len(records[server.label]), max_tokens, temperature, seed)
+                    records[server.label] += done
+                    failure = next((r.error for r in done if r.error), "")
+                    if failure and not any(r.ok for r in records[server.label]):
+                        # Nothing ever worked: not a mid-run failure but a wrong server or setting.
+                        raise SpecDecError(f"{server.url}: {failure}")
+                    server.failed = failure
+                rows.append({**case_row(server, case, done), "repeat": repeat})
+                if progress:
+                    progress()
+    return rows, records
+
+
+def summarise_remote(rows: list[dict], records: dict[str, list[RemoteRequest]], counters: dict[str, dict],
+                     temperature: float) -> dict:
+    """Per server and category: median per-user tokens/s and TTFT over completed prompts, end-to-end
+    tokens/s (tokens / wall), and with a baseline the interleaved per-prompt ratio (geometric mean of
+    baseline / endpoint wall per token) and, greedy, how many outputs are identical to the baseline's."""
+    def geomean(values: list[float]) -> float | None:  # as the local bench's summarise (run._geomean)
+        return statistics.geometric_mean(values) if values else None
+
+    out: dict = {}
+    for label in dict.fromkeys(r["endpoint"] for r in rows):
+        mine = [r for r in rows if r["endpoint"] == label and r["ok"]]
+        entry = {"completed": len(mine), "failed": sum(r["endpoint"] == label and not r["ok"] for r in rows),
+                 **_speed_summary(mine), "by_category": {}, "speculative": counters.get(label)}
+        for category in sorted({r["category"] for r in mine}):
+            entry["by_category"][category] = _speed_summary([r for r in mine if r["category"] == category])
+        out[label] = entry
+    if "baseline" in out and "endpoint" in out:
+        pairs = _paired(rows)
+        ratios = [(c, (b["wall_s"] / max(1, b["new_tokens"])) / (e["wall_s"] / max(1, e["new_tokens"]))) for c, b, e in pairs]
+        out["endpoint"]["speedup_vs_baseline"] = geomean([x for _, x in ratios])
+        for category, entry in out["endpoint"]["by_category"].items():
+            entry["speedup_vs_baseline"] = geomean([x for c, x in ratios if c == category])
+        if temperature == 0:
+            out["endpoint"]["identical_to_baseline"] = f"{sum(b['text'] == e['text'] for _, b, e in pairs)}/{len(pairs)}"
+    return out
+
+
+def _paired(rows: list[dict]) -> list[tuple[str, dict, dict]]:
+    """(category, baseline row, endpoint row) for every prompt and repeat both servers completed."""
+    ok = {(r["endpoint"], r["prompt_id"], r["repeat"]): r for r in rows if r["ok"]}
+    return [(r["category"], ok[("baseline", p, k)], r) for (e, p, k), r in ok.items()
+            if e == "endpoint" and ("baseline", p, k) in ok]
+
+
+def _speed_summary(rows: list[dict]) -> dict:
+    speeds = [r["tokens_per_s"] for r in rows if r["tokens_per_s"] is not None]
+    ttfts = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
+    wall = sum(r["wall_s"] for r in rows)
+    return {"tokens_per_s": statistics.median(speeds) if speeds else None,
+            "end_to_end_tokens_per_s": sum(r["new_tokens"] for r in rows) / wall if wall else None,
+            "ttft_s": statistics.median(ttfts) if ttfts else None}
+
+
+def run_remote_bench_command(args) -> dict:
+    """`bench --endpoint URL [--baseline-endpoint URL]`: the suite's prompts on a server (and its
+    baseline), its speculative counters differenced over the run; a partial report and exit 2 when a
+    server fails mid-run."""
+    from tqdm import tqdm
+
+    cases = load_prompts(args.prompts)
+    if args.limit:
+        cases = cases[: args.limit]
+    if args.repeats < 1:
+        raise SpecDecError(f"repeats must be >= 1 (got {args.repeats})")
+    if len(args.temperature) != 1:
+        raise SpecDecError("--endpoint runs one temperature (the server decides the rest of its sampling)")
+    ensure_writable(args.out)
+    model = None if args.model == "smollm2-135m" else args.model  # the local default is no server's name
+    servers = [open_server("endpoint", args.endpoint, model)]
+    if args.baseline_endpoint:
+        servers.append(open_server("baseline", args.baseline_endpoint, model))
+    temperature = args.temperature[0]
+    started = time.time()
+    with tqdm(total=len(cases) * args.repeats * len(servers), desc="bench --endpoint", unit="run") as bar:
+        rows, records = run_remote_bench(servers, cases, args.max_new_tokens, temperature, args.seed, args.repeats,
+                                         progress=bar.update)
+    counters = {}
+    for server in servers:
+        try:
+            after = fetch_metrics(server.client, server.url) if server.before is not None else None
+            delta = counter_delta(server.before, after) if after is not None else None
+            counters[server.label] = speculative_figures(delta, records[server.label])
+        except SpecDecError as err:  # e.g. the server died: its figures are lost, its completed requests are not
+            counters[server.label] = {**speculative_figures(None, records[server.label]), "metrics_error": str(err)}
+    summary = summarise_remote(rows, records, counters, temperature)
+    report = {"environment": {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
+                              "httpx": httpx.__version__},
+              "config": {"prompts": str(args.prompts), "servers": {s.label: {"url": s.url, "model": s.model} for s in servers},
+                         "max_tokens": args.max_new_tokens, "temperature": temperature, "seed": args.seed,
+                         "repeats": args.repeats},
+              "results": rows, "summary": summary,
+              "requests": {label: [_request_json(r) for r in rs] for label, rs in records.items()}}
+    args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1))
+    print(format_summary(summary))
+    failed = [r for r in rows if not r["ok"]]
+    if failed:
+        raise SpecDecError(f"{len(failed)} of {len(rows)} prompt runs failed ({failed[0]['endpoint']}: {failed[0]['error']}); "
+                           f"the partial report with {len(rows) - len(failed)} completed is in {args.out}")
+    return report
+
+
+def _request_json(r: RemoteRequest) -> dict:
+    d = asdict(r)
+    start = r.arrival_s
+    d["deliveries"] = [[round(t - start, 4), n] for t, n in r.deliveries]  # seconds from the request's arrival
+    d["finish_s"] = round(r.finish_s - start, 4) if r.finish_s is not None else None
+    d["arrival_s"] = 0.0
+    return d
+
+
+def format_summary(summary: dict) -> str:
+    def num(x, spec=".2f") -> str:
+        return "-" if x is None else format(x, spec)
+
+    lines = [f"{'server':10s} {'category':12s} {'tok/s':>7s} {'e2e tok/s':>9s} {'TTFT s':>7s} {'speedup':>8s}"]
+    for label, s in summary.items():
+        lines.append(f"{label:10s} {'all':12s} {num(s['tokens_per_s']):>7s} {num(s['end_to_end_tokens_per_s']):>9s} "
+                     f"{num(s['ttft_s'], '.3f'):>7s} {num(s.get('speedup_vs_baseline')):>8s}"
+                     + (f"  identical to baseline {s['identical_to_baseline']}" if s.get("identical_to_baseline") else "")
+                     + (f"  ({s['failed']} failed)" if s["failed"] else ""))
+        for category, c in s["by_category"].items():
+            lines.append(f"{'':10s} {category:12s} {num(c['tokens_per_s']):>7s} {num(c['end_to_end_tokens_per_s']):>9s} "
+                         f"{num(c['ttft_s'], '.3f'):>7s} {num(c.get('speedup_vs_baseline')):>8s}")
+        spec = s.get("speculative") or {}
+        if spec.get("num_draft_tokens") is not None:
+            per_pos = ", ".join(f"{x:.2f}" for x in (spec.get("acceptance_per_pos") or [])[:8])
+            lines.append(f"  {label} speculative ({' + '.join(spec['source'])}): drafted {spec['num_draft_tokens']:g}, "
+                         f"accepted {spec['num_accepted_tokens']:g}, alpha-bar {num(spec['draft_acceptance_rate'])}, "
+                         f"tau {num(spec['mean_acceptance_length'])}, tau per drafting step {num(spec['tau_per_drafting_step'])}"
+                         + (f", s_i {per_pos}" if per_pos else ""))
+        if spec.get("not_exposed"):
+            lines.append(f"  {label} does not expose: {'; '.join(spec['not_exposed'])}")
+    return "\n".join(lines)

@@ -1,0 +1,416 @@
+"""bench --endpoint (specdec_core/bench/remote.py): the streaming client, the counters, the failures.
+
+(a) against a tiny in-process fake OpenAI server (stdlib http.server on a free loopback port);
+(b) against a real llama-server started here, when its binary is built (`make llama-server`, or
+SPECDEC_LLAMA_SERVER=path), plain and with its n-gram speculation.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specdec_core.bench import remote
+from specdec_core.errors import SpecDecError
+
+
+def error_line(err: str) -> str:
+    """The CLI's error: its last stderr line (the progress bar writes above it), checked to be one line."""
+    line = err.strip().splitlines()[-1] if err.strip() else ""
+    assert line.startswith("error: "), err[-500:]
+    return line
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- a fake OpenAI-compatible server ---------------------------------------------------------------
+
+
+class Fake:
+    """Serves /v1/models, a streamed /v1/chat/completions of `words` (one chunk each, `gap_s` apart, after
+    `first_s`) with llama.cpp-style timings, and /metrics with spec counters that grow per request.
+    mode: "ok", "html" (a web page instead), "nochoices" (JSON chunks without choices);
+    die_on: the request number (1-based) that is cut mid-stream, after which the server shuts down."""
+
+    def __init__(self, words=("Hello", " world", "!", " Bye"), first_s=0.05, gap_s=0.02, mode="ok", die_on=None):
+        self.words, self.first_s, self.gap_s, self.mode, self.die_on = list(words), first_s, gap_s, mode, die_on
+        self.requests = 0
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": [0, 0, 0]}
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), self.handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def metrics_text(self) -> str:
+        c = self.counters
+        lines = ["# HELP llamacpp:spec_decode_num_drafts_total Speculative steps", "# TYPE llamacpp:spec_decode_num_drafts_total counter",
+                 f"llamacpp:spec_decode_num_drafts_total {c['drafts']}",
+                 "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter", f"llamacpp:spec_decode_num_draft_tokens_total {c['draft_tokens']}",
+                 "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter", f"llamacpp:spec_decode_num_accepted_tokens_total {c['accepted']}",
+                 "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
+        lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}' for i, v in enumerate(c["pos"])]
+        return "\n".join(lines) + "\n"
+
+    def handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def send(self, status: int, kind: str, body: bytes):
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self.send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "fake-model"}]}).encode())
+                elif self.path == "/metrics":
+                    self.send(200, "text/plain; version=0.0.4", fake.metrics_text().encode())
+                else:
+                    self.send(404, "application/json", b'{"error": {"message": "not found"}}')
+
+            def chunk(self, obj) -> None:
+                data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def do_POST(self):
+                json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests += 1
+                if fake.mode == "html":
+                    self.send(200, "text/html", b"<html><body>Welcome to nginx!</body></html>")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                if fake.mode == "nochoices":
+                    self.chunk({"hello": "world"})
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                self.chunk({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})
+                time.sleep(fake.first_s)
+                for i, word in enumerate(fake.words):
+                    if fake.die_on == fake.requests and i == 2:  # cut mid-stream, then the server goes away
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        threading.Thread(target=fake.close, daemon=True).start()
+                        return
+                    self.chunk({"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]})
+                    time.sleep(fake.gap_s)
+                c = fake.counters  # this response: one drafting step of 3 drafts, 2 accepted
+                c["drafts"] += 1
+                c["draft_tokens"] += 3
+                c["accepted"] += 2
+                c["pos"][0] += 1
+                c["pos"][1] += 1
+                self.chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                n = len(fake.words) + 1  # the usage counts one token the chunks did not carry
+                self.chunk({"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": 7},
+                            "timings": {"predicted_n": n, "draft_n": 3, "draft_n_accepted": 2}})
+                self.chunk(b"[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+
+        return Handler
+
+
+@pytest.fixture
+def fake():
+    servers = []
+
+    def make(**kw) -> Fake:
+        servers.append(Fake(**kw))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        try:
+            s.close()
+        except OSError:
+            pass
+
+
+# --- (a) the client against the fake ---------------------------------------------------------------
+
+
+def test_stream_records_every_chunk_with_its_arrival_time(fake):
+    f = fake(first_s=0.1, gap_s=0.03)
+    with remote.make_client() as client:
+        assert remote.served_models(client, f.url) == ["fake-model"]
+        r = remote.stream_chat(client, f.url, [{"role": "user", "content": "hi"}], model="fake-model", max_tokens=8,
+                               id=3, label="chat-01")
+    assert r.ok and r.error == "" and r.text == "Hello world! Bye" and r.finish_reason == "stop"
+    assert (r.id, r.label, r.prompt_tokens) == (3, "chat-01", 7)
+    # 4 content chunks, usage says 5 tokens: the extra one is credited to the last delivery
+    assert [n for _, n in r.deliveries] == [1, 1, 1, 2] and r.completion_tokens == 5
+    assert r.timings == {"predicted_n": 5, "draft_n": 3, "draft_n_accepted": 2}
+    times = [t for t, _ in r.deliveries]
+    assert r.arrival_s < times[0] < times[-1] <= r.finish_s
+    figures = remote.request_figures(r)
+    assert figures["ttft_s"] == pytest.approx(times[0] - r.arrival_s) and figures["ttft_s"] >= 0.1
+    assert len(figures["itl_s"]) == 3 and all(0.02 < g < 0.5 for g in figures["itl_s"])
+    assert figures["tokens_per_s"] == pytest.approx(4 / (times[-1] - times[0]))  # (tokens - 1) / decode span
+
+
+def test_remote_requests_feed_the_load_tests_own_metrics(fake):
+    """The remote records are what speed_metrics consumes: one code path for every speed figure."""
+    from specdec_core.bench.loadtest import request_speed, speed_metrics
+
+    f = fake(gap_s=0.01)
+    with remote.make_client() as client:
+        records = [remote.stream_chat(client, f.url, [{"role": "user", "content": "x"}], model="m", max_tokens=8, id=i,
+                                      label=f"p{i}") for i in range(3)]
+    m = speed_metrics(records, 1, {f"p{i}": "chat" for i in range(3)})
+    assert m["num_requests"] == 3 and m["steady_requests"] == 1  # the first and last arrival cut, as locally
+    assert m["per_user_tok_s"] == pytest.approx(request_speed(records[1])[0])
+    assert set(m["per_user_by_category"]) == {"chat"}
+
+
+def test_completions_endpoint_streams_too(fake):
+    f = fake()
+    with remote.make_client() as client:
+        r = remote.stream_completion(client, f.url, "Once upon", model="m", max_tokens=8)
+    assert r.ok and r.text == "Hello world! Bye"  # the fake sends delta chunks; text chunks parse alike
+
+
+VLLM_STYLE = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {tokens}
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {p2}
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine="0",model_name="m"}} 3
+"""
+
+
+def test_counters_are_differenced_and_put_in_the_labs_vocabulary():
+    """Two snapshots in vLLM's /metrics format (written here in the shape vLLM documents, not captured
+    from a running vLLM): only the run's share counts, and it becomes alpha-bar, tau per drafting step,
+    s_i and a_i."""
+    before = remote.parse_metrics(VLLM_STYLE.format(drafts=100, tokens=300, accepted=150, p0=80, p1=50, p2=20))
+    after = remote.parse_metrics(VLLM_STYLE.format(drafts=110, tokens=330, accepted=168, p0=89, p1=6 + 50, p2=3 + 20))
+    delta = remote.counter_delta(before, after)
+    assert "vllm:num_requests_running" not in delta  # gauges are not differenced
+    figures = remote.speculative_figures(delta, [])
+    assert figures["num_drafts"] == 10 and figures["num_draft_tokens"] == 30 and figures["num_accepted_tokens"] == 18
+    assert figures["draft_acceptance_rate"] == pytest.approx(0.6)
+    assert figures["tau_per_drafting_step"] == pytest.approx(1 + 18 / 10)
+    assert figures["acceptance_per_pos"] == pytest.approx([0.9, 0.6, 0.3])
+    assert figures["conditional_acceptance_per_pos"] == pytest.approx([0.9, 0.6 / 0.9, 0.3 / 0.6])
+    assert figures["mean_acceptance_length"] is None  # no per-response timings: vLLM's tau here is per drafting step
+    assert any("timings" in n for n in figures["not_exposed"]) and any(n.startswith("tau") for n in figures["not_exposed"])
+    with pytest.raises(SpecDecError, match="restarted"):
+        remote.counter_delta(after, before)
+
+
+def test_malformed_metrics_page_is_one_line():
+    with pytest.raises(SpecDecError) as err:
+        remote.parse_metrics("this is {not prometheus\n")
+    assert "\n" not in str(err.value) and "Prometheus" in str(err.value)
+
+
+def test_server_without_counters_says_what_it_does_not_expose():
+    figures = remote.speculative_figures(None, [])
+    assert figures["num_draft_tokens"] is None and figures["draft_acceptance_rate"] is None
+    text = " ".join(figures["not_exposed"])
+    assert "/metrics" in text and "timings.draft_n" in text and "alpha-bar" in text
+
+
+@pytest.mark.parametrize("mode,needle", [("html", "not an OpenAI-compatible"), ("nochoices", "without 'choices'")])
+def test_non_openai_server_is_one_line(fake, tmp_path, capsys, mode, needle):
+    from specdec_core.cli import main
+
+    f = fake(mode=mode)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "chat-01", "category": "chat", "prompt": "hi"}) + "\n")
+    if mode == "html":  # a web server that answers /v1/models like an OpenAI one but not the chat route
+        with remote.make_client() as client:
+            r = remote.stream_chat(client, f.url, [{"role": "user", "content": "hi"}], model="m", max_tokens=4)
+        assert not r.ok and "text/html" in r.error
+    assert main(["bench", "--endpoint", f.url, "--prompts", str(prompts), "--out", str(tmp_path / "o.json")]) == 2
+    err = error_line(capsys.readouterr().err)
+    assert "text/html" in err if mode == "html" else needle in err
+
+
+def test_not_an_openai_server_at_all_is_one_line(tmp_path, capsys):
+    """A plain web server (no /v1/models): the check before any timed request says so."""
+    import http.server
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        from specdec_core.cli import main
+
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert main(["bench", "--endpoint", url, "--out", str(tmp_path / "o.json")]) == 2
+        assert "not an OpenAI-compatible server" in error_line(capsys.readouterr().err)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:{port}", "ftp://example"])
+def test_unreachable_or_bad_url_is_one_line(tmp_path, capsys, url):
+    from specdec_core.cli import main
+
+    url = url.format(port=free_port())  # nothing listens there
+    assert main(["bench", "--endpoint", url, "--out", str(tmp_path / "o.json")]) == 2
+    err = error_line(capsys.readouterr().err)
+    assert ("cannot reach" in err) if url.startswith("http") else ("not an http(s) URL" in err)
+
+
+def test_baseline_needs_an_endpoint(tmp_path, capsys):
+    from specdec_core.cli import main
+
+    assert main(["bench", "--baseline-endpoint", "http://127.0.0.1:1", "--out", str(tmp_path / "o.json")]) == 2
+    assert "--baseline-endpoint needs --endpoint" in capsys.readouterr().err
+
+
+def test_server_dying_mid_run_keeps_completed_requests(fake, tmp_path, capsys):
+    from specdec_core.cli import main
+
+    f = fake(die_on=3)  # the third request is cut mid-stream, then nothing listens any more
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"chat-0{i}", "category": "chat", "prompt": f"hi {i}"}) + "\n" for i in range(1, 5)))
+    out = tmp_path / "o.json"
+    assert main(["bench", "--endpoint", f.url, "--prompts", str(prompts), "--max-new-tokens", "8", "--out", str(out)]) == 2
+    err = error_line(capsys.readouterr().err)
+    assert err.startswith("error: 2 of 4 prompt runs failed") and str(out) in err
+    report = json.loads(out.read_text())
+    rows = report["results"]
+    assert [r["ok"] for r in rows] == [True, True, False, False]
+    assert "stream" in rows[2]["error"] and rows[3]["error"] == "not run"
+    assert rows[0]["text"] == "Hello world! Bye" and rows[0]["new_tokens"] == 5
+    assert report["summary"]["endpoint"]["completed"] == 2 and report["summary"]["endpoint"]["failed"] == 2
+    spec = report["summary"]["endpoint"]["speculative"]  # /metrics is gone, the completed responses' timings are not
+    assert spec["timings_draft_n"] == 6 and spec["timings_draft_n_accepted"] == 4 and "metrics_error" in spec
+    assert len(report["requests"]["endpoint"]) == 3 and report["requests"]["endpoint"][2]["error"]
+
+
+def test_bench_endpoint_with_baseline_interleaves_and_differences(fake, tmp_path, capsys):
+    from specdec_core.cli import main
+
+    spec, base = fake(), fake(words=("Hello", " world", "!", " Bye"))
+    spec.counters["drafts"] = 50  # counts from before the run: not this run's
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "copy-01", "category": "copy", "prompt": "a"}) + "\n"
+                       + json.dumps({"id": "mt-01", "category": "multi-turn", "turns": ["a", "b"]}) + "\n")
+    out = tmp_path / "o.json"
+    assert main(["bench", "--endpoint", spec.url, "--baseline-endpoint", base.url, "--prompts", str(prompts),
+                 "--max-new-tokens", "8", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "identical to baseline 2/2" in printed and "alpha-bar 0.67" in printed
+    report = json.loads(out.read_text())
+    assert [r["endpoint"] for r in report["results"]] == ["endpoint", "baseline", "baseline", "endpoint"]  # rotated per prompt
+    s = report["summary"]["endpoint"]["speculative"]
+    assert s["metrics_num_drafts"] == 3 and s["metrics_num_draft_tokens"] == 9 == s["timings_draft_n"]  # 3 requests
+    assert s["mean_acceptance_length"] == pytest.approx(3 * 4 / (3 * 4 - 3 * 2))
+    assert report["summary"]["endpoint"]["speedup_vs_baseline"] > 0 and set(report["summary"]["endpoint"]["by_category"]) == {"copy", "multi-turn"}
+    assert spec.requests == 3 and base.requests == 3  # the multi-turn prompt is two requests
+
+
+# --- (b) a real llama-server ------------------------------------------------------------------------
+
+
+def llama_server_binary() -> Path | None:
+    from specdec_core.models import cache_dir
+
+    for candidate in (os.environ.get("SPECDEC_LLAMA_SERVER"), cache_dir() / "llama-server" / "build" / "bin" / "llama-server"):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    return None
+
+
+def start_llama_server(binary: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    from specdec_core.models import gguf_path
+
+    port = free_port()
+    proc = subprocess.Popen([str(binary), "-m", str(gguf_path()), "--host", "127.0.0.1", "--port", str(port), "-t", "1",
+                             "-c", "2048", "-np", "1", "--metrics", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited with {proc.returncode} (flags {extra})")
+        try:
+            if httpx.get(url + "/health", timeout=1, trust_env=False).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("llama-server did not become healthy in 60 s")
+
+
+@pytest.mark.skipif(llama_server_binary() is None, reason="no llama-server binary: run `make llama-server` or set "
+                    "SPECDEC_LLAMA_SERVER=/path/to/llama-server")
+def test_real_llama_server_plain_and_speculative(tmp_path, capsys):
+    from specdec_core.cli import main
+
+    binary = llama_server_binary()
+    help_text = subprocess.run([str(binary), "--help"], capture_output=True, text=True).stdout
+    if "ngram-simple" not in help_text or "--spec-draft-n-max" not in help_text:
+        pytest.skip("this llama-server has no --spec-type ngram-simple / --spec-draft-n-max")
+    plain, plain_url = start_llama_server(binary)
+    spec, spec_url = start_llama_server(binary, "--spec-type", "ngram-simple", "--spec-draft-n-max", "8")
+    try:
+        # The suite's first two copy prompts: ngram-simple looks up 12-token n-grams (its default), so a
+        # short prompt never drafts (and llama.cpp then leaves draft_n out of the response's timings).
+        from specdec_core.suite import PROMPTS_DIR
+
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text("".join((PROMPTS_DIR / "suite.jsonl").read_text().splitlines(keepends=True)[:2]))
+        reports = []
+        for run in range(2):  # back to back: each run's counters are its own
+            out = tmp_path / f"o{run}.json"
+            assert main(["bench", "--endpoint", spec_url, "--baseline-endpoint", plain_url, "--prompts", str(prompts),
+                         "--max-new-tokens", "32", "--out", str(out)]) == 0, capsys.readouterr().err
+            reports.append(json.loads(out.read_text()))
+        for report in reports:
+            s = report["summary"]["endpoint"]["speculative"]
+            assert s["source"] == ["/metrics", "timings"] and s["num_draft_tokens"] > 0
+            # /metrics differenced over the run == the run's own responses' timings, summed
+            assert s["metrics_num_draft_tokens"] == s["timings_draft_n"]
+            assert s["metrics_num_accepted_tokens"] == s["timings_draft_n_accepted"]
+            assert 0 < s["draft_acceptance_rate"] <= 1 and s["mean_acceptance_length"] >= 1
+            assert s["acceptance_per_pos"] and s["acceptance_per_pos"][0] <= 1
+            b = report["summary"]["baseline"]["speculative"]
+            assert b["num_draft_tokens"] == 0 and b["mean_acceptance_length"] == pytest.approx(1.0)
+            assert all(r["ok"] and r["new_tokens"] > 0 and r["ttft_s"] > 0 for r in report["results"])
+        print(capsys.readouterr().out)
+    finally:
+        for proc in (plain, spec):
+            proc.terminate()
+            proc.wait(timeout=10)
