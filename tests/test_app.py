@@ -143,6 +143,7 @@ def app_env(monkeypatch, tmp_path, traces_dir, prompts_file, load_results_file):
     # The lab's block results are not shipped yet (and once they are, pages stay independent of them).
     monkeypatch.setenv("SPECDEC_APP_CALIBRATION", str(tmp_path / "no-calibration.json"))
     monkeypatch.setenv("SPECDEC_APP_BLOCK_TAU", str(tmp_path / "no-block-tau.json"))
+    monkeypatch.setenv("SPECDEC_APP_CURVE", str(tmp_path / "no-curve.json"))
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -860,6 +861,53 @@ def test_lab_block_sections_inform_when_missing_and_warn_when_malformed(tmp_path
         assert any("calibration-" in w for w in warnings) and any("tau-" in w for w in warnings), content
         assert not plotly_charts(at, "lab_calib") and not plotly_charts(at, "lab_block")
         assert plotly_charts(at, "lab_heatmap")  # the rest of the page still works
+
+
+def _curve_file(path: Path) -> Path:
+    """A train-curve result in the shape `training/curve.py` writes: three corpus prefixes and one
+    templates-only point, two categories."""
+    def point(tokens, sources, s1, tau):
+        return {"tokens": tokens, "sources": sources, "sequences": tokens // 100, "response_tokens": tokens + 7,
+                "categories": {"chat": {"s1": s1, "tau": tau, "coverage": 0.97, "answers": 6},
+                               "qa": {"s1": s1 / 2, "tau": 1 + (tau - 1) / 2, "coverage": 0.95, "answers": 6}},
+                "wall_s": 1.0}
+    points = [point(300000, "all", 0.3, 1.45), point(100000, "all", 0.22, 1.3), point(1000000, "all", 0.41, 1.7),
+              point(100000, "templates", 0.12, 1.15)]
+    path.write_text(json.dumps({"setting": {"kind": "heads", "steps": 800, "batch_size": 8, "k": 4},
+                                "corpus": "smollm2-135m", "points": {f"{p['sources']}-{p['tokens']}": p for p in points}}),
+                    encoding="utf-8")
+    return path
+
+
+def test_lab_scaling_curve_draws_every_point_and_informs_or_warns(tmp_path, monkeypatch):
+    """One line per category over the corpus prefixes (sorted by tokens), the templates-only point beside it,
+    s₁ or τ as chosen, a row per point; a missing curve is an st.info, a malformed one an st.warning."""
+    en = _strings("en")
+    monkeypatch.setenv("SPECDEC_APP_CURVE", str(_curve_file(tmp_path / "curve.json")))
+    at = open_page("lab", "en")
+
+    def traces() -> dict:
+        chart = next(c for c in plotly_charts(at) if chart_key(c) == "lab_curve")
+        return {tr["name"]: tr for tr in json.loads(chart.proto.spec)["data"]}
+
+    mixed, alone = f"chat · {en['lab_curve_all']}", f"chat · {en['lab_curve_only'].format(source='templates')}"
+    assert traces()[mixed]["x"] == [100007, 300007, 1000007] and traces()[mixed]["y"] == [0.22, 0.3, 0.41]
+    assert traces()[alone]["x"] == [100007] and traces()[alone]["y"] == [0.12]
+    assert traces()[f"qa · {en['lab_curve_all']}"]["y"] == pytest.approx([0.11, 0.15, 0.205])
+    ok(at.radio(key="lab_curve_metric").set_value("tau").run())
+    assert traces()[mixed]["y"] == [1.3, 1.45, 1.7]
+    table = next(d.value for d in at.dataframe if en["lab_curve_col_tokens"] in d.value.columns)
+    assert len(table) == 4 and list(table["chat s₁"]) == [0.22, 0.3, 0.41, 0.12]
+
+    monkeypatch.setenv("SPECDEC_APP_CURVE", str(tmp_path / "none.json"))
+    at = open_page("lab", "zh")
+    assert any("none.json" in i.value for i in at.info) and not plotly_charts(at, "lab_curve")
+    for i, content in enumerate(("{broken", "[]", json.dumps({"setting": {}, "points": {"x": {"categories": {}}}}))):
+        (tmp_path / f"curve-{i}.json").write_text(content, encoding="utf-8")
+        monkeypatch.setenv("SPECDEC_APP_CURVE", str(tmp_path / f"curve-{i}.json"))
+        at = open_page("lab", "en")
+        assert any(f"curve-{i}.json" in w.value for w in at.warning), content
+        assert not plotly_charts(at, "lab_curve") and plotly_charts(at, "lab_heatmap")
 
 
 def test_lab_block_vs_block_parallel_conditional_acceptance(tmp_path, monkeypatch):

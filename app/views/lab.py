@@ -4,7 +4,7 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import calibration_view, lab_prompts, model_store, survival, tree_lab, widgets
+from app import calibration_view, curve_view, lab_prompts, model_store, survival, tree_lab, widgets
 from app.language import t
 
 import specdec_core as sd
@@ -290,6 +290,9 @@ st.caption(t("lab_heatmap_note", c=f"{c_ratio:.3f}"))
 
 # ------------------------------------------------------------------ trees: τ and speed against tree size, beside the cost curve
 tree_lab.section(st, lm, cm, drafter, prompts.get(category, [])[:n_prompts], 4, max_new)
+
+# ------------------------------------------------------------------ trained drafters: acceptance against training data
+curve_view.show()
 
 # ------------------------------------------------------------------ the block drafter: calibration and acceptance per position
 calibration_view.show()
