@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "there instead of on the local engine, with its speculative counters (--model: the served model's name)")
     b.add_argument("--baseline-endpoint", metavar="URL", help="with --endpoint: a second server (speculation off), "
                    "interleaved per prompt; speedups are endpoint over baseline")
+    b.add_argument("--no-prompt-cache", action="store_true", help="with --endpoint: send llama.cpp's \"cache_prompt\": "
+                   "false in every request (no prefill reuse between requests); other servers may ignore or reject it (not checked)")
     add_generation_options(b, sweep=True)
 
     pr = sub.add_parser("profile", help="measure the cost model: forward time vs tokens and batch size")
@@ -132,10 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="re-run the schedulers on this load-test's recorded drafts (simulated time)")
     lt.add_argument("--costs", type=Path,
                     help="with --replay: a serving cost table (`profile --serving --out`) or a load-test JSON (its own table)")
-    lt.add_argument("--model", default="smollm2-135m")
+    lt.add_argument("--model", default="smollm2-135m", help="the local model, or with --endpoint the served model's name")
     lt.add_argument("--device", default="auto")
     lt.add_argument("--dtype", default="auto")
     lt.add_argument("--out", type=Path, required=True)
+    lt.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server (http://host:port): the same closed-loop "
+                    "workload and metrics against it, with its speculative counters per level (--schemes, --drafter, "
+                    "--k, --threshold, --force-ar and --weights do not apply)")
+    lt.add_argument("--baseline-endpoint", metavar="URL", help="with --endpoint: a second server (speculation off), run "
+                    "back to back with it on each level's request list; matched throughput is endpoint over baseline")
+    lt.add_argument("--no-prompt-cache", action="store_true", help="with --endpoint: send llama.cpp's \"cache_prompt\": "
+                    "false in every request (llama-server otherwise reuses a repeated prompt's KV, which makes TTFT "
+                    "meaningless); other servers may ignore or reject the field (not checked)")
 
     md = sub.add_parser("make-data", help="grow the training corpus: the target's answers (token ids) to prompts from every source")
     md.add_argument("--model", default="smollm2-135m", help="smollm2-135m (default) or tiny")

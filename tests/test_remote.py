@@ -1,4 +1,5 @@
-"""bench --endpoint (specdec_core/bench/remote.py): the streaming client, the counters, the failures.
+"""bench --endpoint and load-test --endpoint (specdec_core/bench/remote.py): the streaming client, the
+closed-loop load test with the local metrics, the counters per level, --no-prompt-cache, the failures.
 
 (a) against a tiny in-process fake OpenAI server (stdlib http.server on a free loopback port);
 (b) against a real llama-server started here, when its binary is built (`make llama-server`, or
@@ -42,11 +43,14 @@ class Fake:
     """Serves /v1/models, a streamed /v1/chat/completions of `words` (one chunk each, `gap_s` apart, after
     `first_s`) with llama.cpp-style timings, and /metrics with spec counters that grow per request.
     mode: "ok", "html" (a web page instead), "nochoices" (JSON chunks without choices);
-    die_on: the request number (1-based) that is cut mid-stream, after which the server shuts down."""
+    die_on: the request number (1-based) that is cut mid-stream, after which the server shuts down.
+    `bodies` keeps every POSTed JSON body; requests may come concurrently (a load test), hence the lock."""
 
     def __init__(self, words=("Hello", " world", "!", " Bye"), first_s=0.05, gap_s=0.02, mode="ok", die_on=None):
         self.words, self.first_s, self.gap_s, self.mode, self.die_on = list(words), first_s, gap_s, mode, die_on
         self.requests = 0
+        self.bodies: list[dict] = []
+        self.lock = threading.Lock()
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": [0, 0, 0]}
         self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), self.handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -96,8 +100,11 @@ class Fake:
                 self.wfile.flush()
 
             def do_POST(self):
-                json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests += 1
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.requests += 1
+                    fake.bodies.append(body)
+                    number = fake.requests
                 if fake.mode == "html":
                     self.send(200, "text/html", b"<html><body>Welcome to nginx!</body></html>")
                     return
@@ -112,19 +119,20 @@ class Fake:
                 self.chunk({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})
                 time.sleep(fake.first_s)
                 for i, word in enumerate(fake.words):
-                    if fake.die_on == fake.requests and i == 2:  # cut mid-stream, then the server goes away
+                    if fake.die_on == number and i == 2:  # cut mid-stream, then the server goes away
                         self.close_connection = True
                         self.connection.shutdown(socket.SHUT_RDWR)
                         threading.Thread(target=fake.close, daemon=True).start()
                         return
                     self.chunk({"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]})
                     time.sleep(fake.gap_s)
-                c = fake.counters  # this response: one drafting step of 3 drafts, 2 accepted
-                c["drafts"] += 1
-                c["draft_tokens"] += 3
-                c["accepted"] += 2
-                c["pos"][0] += 1
-                c["pos"][1] += 1
+                with fake.lock:
+                    c = fake.counters  # this response: one drafting step of 3 drafts, 2 accepted
+                    c["drafts"] += 1
+                    c["draft_tokens"] += 3
+                    c["accepted"] += 2
+                    c["pos"][0] += 1
+                    c["pos"][1] += 1
                 self.chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
                 n = len(fake.words) + 1  # the usage counts one token the chunks did not carry
                 self.chunk({"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": 7},
@@ -340,6 +348,104 @@ def test_bench_endpoint_with_baseline_interleaves_and_differences(fake, tmp_path
     assert spec.requests == 3 and base.requests == 3  # the multi-turn prompt is two requests
 
 
+# --- load-test --endpoint against fakes ------------------------------------------------------------
+
+
+def workload_file(tmp_path) -> Path:
+    """One single-turn prompt per workload category (the load test's workload keeps chat, qa and copy)."""
+    prompts = tmp_path / "w.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"{c}-01", "category": c, "prompt": f"a {c} prompt"}) + "\n"
+                               for c in ("chat", "qa", "copy")))
+    return prompts
+
+
+def test_load_test_endpoint_with_baseline_runs_the_local_workload_and_metrics(fake, tmp_path, capsys):
+    """Two levels, C in flight, the same request list on both servers, the local steady-state cut and
+    metrics, per-level counter deltas, and matched throughput with the baseline in ar's place."""
+    from specdec_core.bench.loadtest import level_order, request_speed, workload
+    from specdec_core.cli import main
+
+    spec, base = fake(gap_s=0.02), fake(gap_s=0.03)
+    spec.counters["drafts"] = 50  # counts from before the run: not this run's
+    prompts, out = workload_file(tmp_path), tmp_path / "load.json"
+    assert main(["load-test", "--endpoint", spec.url, "--baseline-endpoint", base.url, "--prompts", str(prompts),
+                 "--concurrency", "1,2", "--requests-per-level", "3", "--max-new-tokens", "8", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "matched throughput: endpoint" in printed
+    report = json.loads(out.read_text())
+    runs = report["runs"]
+    assert [(r["scheme"], r["concurrency"]) for r in runs] == [("endpoint", 1), ("baseline", 1), ("endpoint", 2), ("baseline", 2)]
+    for r in runs:
+        for key in ("per_user_tok_s", "per_user_mean_tok_s", "per_user_by_category", "ttft_s", "p50_itl_s", "p95_itl_s",
+                    "aggregate_tok_s", "num_requests", "steady_requests", "num_draft_tokens", "tau", "mean_verify_tokens"):
+            assert key in r, key
+        c = r["concurrency"]
+        assert (r["num_requests"], r["steady_requests"], r["completed"], r["failed"]) == (3 * c, c, 3 * c, 0)
+        # per level: /metrics differenced over the level == the level's responses' timings (3 drafts, 2 accepted each)
+        s = r["speculative"]
+        assert s["metrics_num_drafts"] == 3 * c and s["metrics_num_draft_tokens"] == 9 * c == s["timings_draft_n"]
+        assert r["num_accepted_tokens"] == 6 * c and r["tau"] == pytest.approx(4 / 2)  # 4 decode tokens in 2 forwards
+        assert r["mean_verify_tokens"] == pytest.approx(1 + 3 / 2)
+        if r["scheme"] == "endpoint":
+            assert r["identical_to_baseline"] == f"{3 * c}/{3 * c}"
+    # the steady-state cut, recomputed from the per-request timeline: C=2 keeps arrivals 3 and 4 of 6
+    timeline = sorted(report["requests"]["levels"]["endpoint@2"], key=lambda t: t[1])
+    steady = [(t[4] - 1) / (t[3] - t[2]) for t in timeline[2:4]]
+    assert runs[2]["per_user_tok_s"] == pytest.approx(sorted(steady)[0] + (sorted(steady)[1] - sorted(steady)[0]) / 2, rel=1e-3)
+    assert any(a[1] < b[1] < a[3] for a in timeline for b in timeline if a is not b)  # two in flight at once
+    # the same request list on both servers, the local load test's order
+    cases = workload(prompts)
+    expected = sorted(c.id for c in level_order(cases, 2, 3))
+    assert sorted(t[0] for t in timeline) == expected == sorted(t[0] for t in report["requests"]["levels"]["baseline@2"])
+    m = report["matched_throughput"]
+    assert (m["scheme"], m["baseline"]) == ("endpoint", "baseline") and report["matched_throughput_all"] == [m]
+    assert m["per_user_speedup"] is None  # two levels: fewer than the 3 baseline levels a ratio needs
+    assert set(m["per_user_speedup_by_category"]) <= {"chat", "qa", "copy"}
+    assert report["speculative"]["endpoint"]["metrics_num_drafts"] == 9  # the whole run: 3 + 6 requests
+    assert spec.requests == 9 == base.requests and not any("cache_prompt" in b for b in spec.bodies)
+    assert report["config"]["schemes"] == ["endpoint", "baseline"] and "differs_from_local" in report["config"]
+
+
+def test_no_prompt_cache_is_sent_in_every_body(fake, tmp_path):
+    from specdec_core.cli import main
+
+    f = fake()
+    prompts = workload_file(tmp_path)
+    assert main(["bench", "--endpoint", f.url, "--prompts", str(prompts), "--no-prompt-cache", "--max-new-tokens", "4",
+                 "--out", str(tmp_path / "b.json")]) == 0
+    assert main(["load-test", "--endpoint", f.url, "--prompts", str(prompts), "--no-prompt-cache", "--concurrency", "2",
+                 "--requests-per-level", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "l.json")]) == 0
+    assert len(f.bodies) == 3 + 2 and all(b["cache_prompt"] is False for b in f.bodies)
+    assert json.loads((tmp_path / "l.json").read_text())["config"]["request_extra"] == {"cache_prompt": False}
+
+
+def test_load_test_server_dying_mid_run_keeps_completed_requests(fake, tmp_path, capsys):
+    from specdec_core.cli import main
+
+    f = fake(die_on=3)  # level 1's two requests complete; level 2's first is cut, then nothing listens
+    out = tmp_path / "load.json"
+    assert main(["load-test", "--endpoint", f.url, "--prompts", str(workload_file(tmp_path)), "--concurrency", "1,2,4",
+                 "--requests-per-level", "2", "--max-new-tokens", "8", "--out", str(out)]) == 2
+    err = error_line(capsys.readouterr().err)
+    assert "requests failed or were not run" in err and str(out) in err
+    report = json.loads(out.read_text())
+    one, two, four = report["runs"]
+    assert (one["completed"], one["failed"], one["not_run"]) == (2, 0, 0) and "per_user_tok_s" in one
+    assert two["failed"] >= 1 and two["completed"] + two["failed"] + two["not_run"] == 4
+    assert (four["completed"], four["not_run"]) == (0, 8) and "per_user_tok_s" not in four
+    assert len(report["requests"]["levels"]["endpoint@1"]) == 2 and report["requests"]["failed"]["endpoint@2"]
+
+
+@pytest.mark.parametrize("argv,needle", [(["--baseline-endpoint", "http://127.0.0.1:1"], "--baseline-endpoint needs --endpoint"),
+                                         (["--endpoint", "http://127.0.0.1:1", "--arrival-rate", "2"], "closed loop only"),
+                                         (["--no-prompt-cache"], "needs --endpoint")])
+def test_load_test_endpoint_option_errors_are_one_line(tmp_path, capsys, argv, needle):
+    from specdec_core.cli import main
+
+    assert main(["load-test", *argv, "--out", str(tmp_path / "o.json")]) == 2
+    assert needle in error_line(capsys.readouterr().err)
+
+
 # --- (b) a real llama-server ------------------------------------------------------------------------
 
 
@@ -352,12 +458,13 @@ def llama_server_binary() -> Path | None:
     return None
 
 
-def start_llama_server(binary: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+def start_llama_server(binary: Path, *extra: str, parallel: int = 1) -> tuple[subprocess.Popen, str]:
+    """llama-server on a free loopback port, one thread, `parallel` slots (-np), /metrics on."""
     from specdec_core.models import gguf_path
 
     port = free_port()
     proc = subprocess.Popen([str(binary), "-m", str(gguf_path()), "--host", "127.0.0.1", "--port", str(port), "-t", "1",
-                             "-c", "2048", "-np", "1", "--metrics", *extra],
+                             "-c", "2048", "-np", str(parallel), "--metrics", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -412,5 +519,100 @@ def test_real_llama_server_plain_and_speculative(tmp_path, capsys):
         print(capsys.readouterr().out)
     finally:
         for proc in (plain, spec):
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+NEEDS_LLAMA_SERVER = pytest.mark.skipif(llama_server_binary() is None, reason="no llama-server binary: run `make "
+                                        "llama-server` or set SPECDEC_LLAMA_SERVER=/path/to/llama-server")
+
+
+def copy_prompts(tmp_path, n: int = 2) -> Path:
+    """The suite's first n copy prompts (copied text: ngram-simple finds its n-grams in the prompt)."""
+    from specdec_core.suite import PROMPTS_DIR
+
+    lines = [l for l in (PROMPTS_DIR / "suite.jsonl").read_text().splitlines(keepends=True) if '"copy"' in l][:n]
+    prompts = tmp_path / "copy.jsonl"
+    prompts.write_text("".join(lines))
+    return prompts
+
+
+@NEEDS_LLAMA_SERVER
+def test_real_llama_server_load_test_counters_per_level(tmp_path, capsys):
+    """Levels 1 and 2 on two slots (-np 2: llama-server batches the slots' tokens in one decode), with
+    and without n-gram speculation: each level's /metrics delta equals the level's summed timings."""
+    from specdec_core.cli import main
+
+    binary = llama_server_binary()
+    help_text = subprocess.run([str(binary), "--help"], capture_output=True, text=True).stdout
+    if "ngram-simple" not in help_text or "--spec-ngram-simple-size-n" not in help_text:
+        pytest.skip("this llama-server has no --spec-type ngram-simple / --spec-ngram-simple-size-n")
+    # 3-token lookups: with 16 new tokens the default 12 would leave drafting a few tokens at the end
+    spec, spec_url = start_llama_server(binary, "--spec-type", "ngram-simple", "--spec-draft-n-max", "8",
+                                        "--spec-ngram-simple-size-n", "3", parallel=2)
+    plain, plain_url = start_llama_server(binary, parallel=2)
+    try:
+        out = tmp_path / "load.json"
+        assert main(["load-test", "--endpoint", spec_url, "--baseline-endpoint", plain_url, "--prompts",
+                     str(copy_prompts(tmp_path)), "--concurrency", "1,2", "--requests-per-level", "2",
+                     "--max-new-tokens", "16", "--no-prompt-cache", "--out", str(out)]) == 0, capsys.readouterr().err
+        report = json.loads(out.read_text())
+        runs = report["runs"]
+        assert [(r["scheme"], r["concurrency"]) for r in runs] == [("endpoint", 1), ("baseline", 1), ("endpoint", 2), ("baseline", 2)]
+        for r in runs:
+            assert r["completed"] == 2 * r["concurrency"] and r["per_user_tok_s"] > 0 and r["aggregate_tok_s"] > 0
+            s = r["speculative"]
+            if r["scheme"] == "endpoint":
+                assert s["source"] == ["/metrics", "timings"] and s["num_draft_tokens"] > 0
+                assert s["metrics_num_draft_tokens"] == s["timings_draft_n"]
+                assert s["metrics_num_accepted_tokens"] == s["timings_draft_n_accepted"]
+                assert r["tau"] >= 1 and r["identical_to_baseline"].endswith(f"/{2 * r['concurrency']}")
+            else:
+                assert s["metrics_num_draft_tokens"] == 0 and r["tau"] == pytest.approx(1.0)
+            # llama_decode calls: at most one per request forward and prefill (fewer when slots were batched)
+            assert 0 < r["server_decode_calls"] <= r["request_forwards"]
+        # the levels' deltas add up to the whole run's
+        whole = report["speculative"]["endpoint"]
+        assert whole["metrics_num_draft_tokens"] == sum(r["speculative"]["metrics_num_draft_tokens"] for r in runs
+                                                        if r["scheme"] == "endpoint")
+        print(capsys.readouterr().out)
+    finally:
+        for proc in (spec, plain):
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+@NEEDS_LLAMA_SERVER
+def test_real_llama_server_killed_mid_load_test(tmp_path, capsys, monkeypatch):
+    """The server is terminated right after the first request completes: the report keeps that request,
+    marks the next one failed and the rest not run, and the exit is non-zero."""
+    from specdec_core.cli import main
+
+    proc, url = start_llama_server(llama_server_binary())
+    stream = remote.stream_chat
+
+    def stream_then_kill(*args, **kwargs):
+        record = stream(*args, **kwargs)
+        if record.ok and proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=10)
+        return record
+
+    monkeypatch.setattr(remote, "stream_chat", stream_then_kill)
+    try:
+        out = tmp_path / "load.json"
+        assert main(["load-test", "--endpoint", url, "--prompts", str(copy_prompts(tmp_path)), "--concurrency", "1,2",
+                     "--requests-per-level", "2", "--max-new-tokens", "8", "--out", str(out)]) == 2
+        err = error_line(capsys.readouterr().err)
+        assert "5 of 6 requests failed or were not run" in err and str(out) in err
+        report = json.loads(out.read_text())
+        one, two = report["runs"]
+        assert (one["completed"], one["failed"], one["not_run"]) == (1, 1, 0) and one["error"].startswith("the stream broke")
+        assert (two["completed"], two["not_run"]) == (0, 4)
+        assert "metrics_error" in one["speculative"]  # /metrics died with the server; the completed request stays
+        assert len(report["requests"]["levels"]["endpoint@1"]) == 1
+        assert [f[0] for f in report["requests"]["failed"]["endpoint@1"]] == [1]
+    finally:
+        if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=10)

@@ -22,6 +22,14 @@ def run_load_test_command(args) -> None:
     ensure_writable(args.out)
     args.concurrency_given = args.concurrency is not None
     args.concurrency = args.concurrency or [1, 2, 4, 8, 16, 32]
+    if getattr(args, "baseline_endpoint", None) and not getattr(args, "endpoint", None):
+        raise SpecDecError("--baseline-endpoint needs --endpoint (the server to compare with it)")
+    if getattr(args, "no_prompt_cache", False) and not getattr(args, "endpoint", None):
+        raise SpecDecError("--no-prompt-cache is a server request field: it needs --endpoint")
+    if getattr(args, "endpoint", None):  # a remote server instead of the local engine (bench/remote.py)
+        from .remote import run_remote_load_test_command
+        run_remote_load_test_command(args)
+        return
     if args.replay:
         run_replay_command(args)
         return

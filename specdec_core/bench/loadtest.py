@@ -116,13 +116,20 @@ def scheme_config(scheme: str, cfg: LoadConfig) -> tuple[GenerationConfig, str]:
 # --- one level of one scheme --------------------------------------------------------------------
 
 
+def level_order(cases: list[PromptCase], concurrency: int, requests_per_level: int) -> list[PromptCase]:
+    """One level's request list: requests_per_level × C requests cycling through the workload, in
+    arrival order; every scheme of the level (and a remote server and its baseline, `bench/remote.py`)
+    runs this same list."""
+    return [cases[i % len(cases)] for i in range(requests_per_level * concurrency)]
+
+
 def run_level(lm: LoadedModel, scheme: str, concurrency: int, cases: list[PromptCase], cfg: LoadConfig,
               costs: CostTable, progress=None) -> tuple[list[Request], ServingEngine]:
     config, scheduler = scheme_config(scheme, cfg)
     engine = ServingEngine(lm, make_scheduler(scheduler, cfg.threshold), costs, force_ar=cfg.force_ar,
                            drafter_costs=drafter_costs(lm, cfg.drafter))
-    total = cfg.requests_per_level * concurrency
-    order = [cases[i % len(cases)] for i in range(total)]
+    order = level_order(cases, concurrency, cfg.requests_per_level)
+    total = len(order)
     start = engine.clock()
     if cfg.arrival_rate:  # open loop: Poisson arrivals, the same seeded times for every scheme
         rng = random.Random(cfg.seed + concurrency)

@@ -328,6 +328,8 @@ def run_bench(args) -> dict:
 
     if getattr(args, "baseline_endpoint", None) and not getattr(args, "endpoint", None):
         raise SpecDecError("--baseline-endpoint needs --endpoint (the server to compare with it)")
+    if getattr(args, "no_prompt_cache", False) and not getattr(args, "endpoint", None):
+        raise SpecDecError("--no-prompt-cache is a server request field: it needs --endpoint")
     if getattr(args, "endpoint", None):  # a remote server instead of the local engine (bench/remote.py)
         from .remote import run_remote_bench_command
         return run_remote_bench_command(args)
