@@ -29,6 +29,7 @@ PAGES = [
     st.Page("views/inspector.py", title=t("nav_inspector"), icon="🔍", url_path="inspector"),
     st.Page("views/lab.py", title=t("nav_lab"), icon="📈", url_path="lab"),
     st.Page("views/pays.py", title=t("nav_pays"), icon="⚖️", url_path="pays"),
+    st.Page("views/server.py", title=t("nav_server"), icon="🛰️", url_path="server"),
     st.Page("views/quiz.py", title=t("nav_quiz"), icon="❓", url_path="quiz"),
     st.Page("views/lessons.py", title=t("nav_lessons"), icon="📚", url_path="lessons"),
 ]

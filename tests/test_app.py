@@ -236,7 +236,7 @@ def test_myst_lesson_markup_becomes_streamlit_markdown():
 
 # ------------------------------------------------------------------------------------ pages render
 
-@pytest.mark.parametrize("page", ["home", "race", "inspector", "lab", "pays", "quiz", "lessons"])
+@pytest.mark.parametrize("page", ["home", "race", "inspector", "lab", "pays", "server", "quiz", "lessons"])
 def test_every_page_renders_in_both_languages(page):
     for lang in ("en", "zh"):
         at = open_page(page, lang)
@@ -1151,3 +1151,95 @@ def test_a_trained_drafter_shows_its_model_card_beside_the_picker():
     ok(at.selectbox(key="lab_drafter").set_value("eagle").run())
     cards = [e for e in at.expander if e.label == en["model_card"]]
     assert len(cards) == 1 and "`eagle` drafter for smollm2-135m" in " ".join(m.value for m in cards[0].markdown)
+
+
+# ------------------------------------------------------------------------------------ your server
+
+def _server_page(lang: str = "en", **inputs) -> AppTest:
+    """The "Your server" page with its inputs typed in (a small run: 2 prompts, 16 tokens, C = 1, 2)."""
+    at = open_page("server", lang)
+    values = {"server_prompts": 2, "server_max_tokens": 16, "server_levels": "1,2", **inputs}
+    for key, value in values.items():
+        widget = at.number_input(key=key) if key in ("server_prompts", "server_max_tokens") else at.text_input(key=key)
+        widget.set_value(value)
+    return ok(at.run())
+
+
+def test_server_page_runs_on_an_endpoint_and_its_baseline_and_redraws_in_zh():
+    from test_remote import Fake
+
+    endpoint, baseline = Fake(), Fake()
+    baseline.metrics_text = lambda: ""  # a /metrics page without speculative counters
+    try:
+        at = _server_page("en", server_endpoint=endpoint.url, server_baseline=baseline.url)
+        assert any("Enter a server URL" in c.value for c in at.caption)
+        ok(button(at, "server_run").click().run())
+        sent = endpoint.requests + baseline.requests
+        assert endpoint.requests == baseline.requests == 2 + 2 * (1 + 2)  # the prompts, then 2 × C per level
+        keys = {chart_key(c) for c in plotly_charts(at, "server_")}
+        assert keys == {"server_tps", "server_ttft", "server_per_pos", "server_throughput", "server_verify"}
+        result = at.session_state["server_result"]
+        assert result["error"] == "" and not at.error and not at.warning
+        assert result["bench"]["summary"]["endpoint"]["identical_to_baseline"] == "2/2"
+        body = texts(at)
+        en = _strings("en")
+        assert en["server_find_identical"].format(same=2, total=2) in body
+        assert en["server_not_exposed_h"] in body
+        # a /metrics page without speculative counters: every missing counter is named, per position too
+        assert "baseline: `/metrics spec_decode_num_drafts_total`" in body
+        assert "`/metrics spec_decode_num_accepted_tokens_per_pos_total (acceptance per position)`" in body
+        assert "drafting steps (tau per drafting step)" in body and "- your server: `" not in body  # the endpoint exposes all
+        assert "Interleaved speed ratio" in body
+        assert {r["scheme"] for r in result["load"]["runs"]} == {"endpoint", "baseline"}
+        throughput = next(c for c in plotly_charts(at) if chart_key(c) == "server_throughput")
+        assert [tr["name"] for tr in json.loads(throughput.proto.spec)["data"]] == ["your server", "baseline"]
+
+        ok(at.sidebar.radio(key="lang_widget").set_value("zh").run())  # a rerun redraws, nothing is sent
+        assert endpoint.requests + baseline.requests == sent
+        assert at.title[0].value == _strings("zh")["server_title"]
+        assert {chart_key(c) for c in plotly_charts(at, "server_")} == keys
+        zh = _strings("zh")
+        assert zh["server_find_identical"].format(same=2, total=2) in texts(at) and zh["server_not_exposed_h"] in texts(at)
+        throughput = next(c for c in plotly_charts(at) if chart_key(c) == "server_throughput")
+        assert [tr["name"] for tr in json.loads(throughput.proto.spec)["data"]] == ["你的服务器", "基线"]
+    finally:
+        endpoint.close()
+        baseline.close()
+
+
+@pytest.mark.parametrize("die_on, needle", [(2, "failed or were not run"), (3, "stopped during the load test")])
+def test_server_page_no_prompt_cache_and_a_server_dying_mid_run(die_on, needle):
+    """die_on 2: the bench's second prompt is cut (the load test is then not run on that server); 3: the
+    bench completes and the load test's first request is cut. Either way an error line, and the bench's
+    completed prompts are still drawn."""
+    from test_remote import Fake
+
+    endpoint = Fake(die_on=die_on)
+    try:
+        at = _server_page("en", server_endpoint=endpoint.url + "/v1/")
+        ok(at.checkbox(key="server_no_cache").check().run())
+        ok(button(at, "server_run").click().run())
+        assert endpoint.bodies and all(b.get("cache_prompt") is False for b in endpoint.bodies)
+        result = at.session_state["server_result"]
+        assert [r["ok"] for r in result["bench"]["rows"]] == [True, die_on != 2]
+        assert len(at.error) == 1 and at.error[0].value == result["error"] and needle in result["error"]
+        assert "the stream broke" in result["error"]
+        assert {chart_key(c) for c in plotly_charts(at, "server_")} >= {"server_tps", "server_ttft"}  # the partial result
+    finally:
+        endpoint.close()
+
+
+def test_server_page_unreachable_or_invalid_url_is_a_message_not_a_traceback():
+    from test_remote import free_port
+
+    at = _server_page("en", server_endpoint=f"http://127.0.0.1:{free_port()}")
+    ok(button(at, "server_run").click().run())
+    assert len(at.error) == 1 and "cannot reach" in at.error[0].value and not at.exception
+    assert not plotly_charts(at, "server_")
+    for url, needle in (("", "Enter the server's URL"), ("localhost:8080", "not an http(s) URL"), ("ftp://x", "not an http(s) URL")):
+        at = _server_page("en", server_endpoint=url)
+        ok(button(at, "server_run").click().run())
+        assert len(at.warning) == 1 and needle in at.warning[0].value and not at.error, url
+    at = _server_page("zh", server_endpoint="http://127.0.0.1:9", server_levels="1,zwei")
+    ok(button(at, "server_run").click().run())
+    assert len(at.warning) == 1 and "1,zwei" in at.warning[0].value and "server_result" not in at.session_state

@@ -332,8 +332,8 @@ def speculative_figures(delta: Snapshot | None, requests: list[RemoteRequest]) -
     - acceptance per position s_i = accepted at position i / drafts (vLLM's per-position counter; a draft
       shorter than i counts as not accepted there), and a_i = s_i / s_(i-1) (metrics.conditional_acceptance).
     `not_exposed` names every figure this server did not give."""
-    counters = {key: _counter(delta, name) for key, name in SPEC_COUNTERS.items()} if delta else {}
-    per_pos = _per_position(delta) if delta else None
+    counters = {key: _counter(delta, name) for key, name in SPEC_COUNTERS.items()} if delta is not None else {}
+    per_pos = _per_position(delta) if delta is not None else None
     done = [r for r in requests if r.ok]
     timed = [r.timings for r in done if r.timings and "draft_n" in r.timings]
     predicted = [r.timings for r in done if r.timings and "predicted_n" in r.timings]
