@@ -49,6 +49,7 @@ class Fake:
     def __init__(self, words=("Hello", " world", "!", " Bye"), first_s=0.05, gap_s=0.02, mode="ok", die_on=None):
         self.words, self.first_s, self.gap_s, self.mode, self.die_on = list(words), first_s, gap_s, mode, die_on
         self.requests = 0
+        self.dead = False  # set when die_on fires: kept-alive connections must stop answering too
         self.bodies: list[dict] = []
         self.lock = threading.Lock()
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "pos": [0, 0, 0]}
@@ -86,7 +87,17 @@ class Fake:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def hang_up(self) -> bool:
+                # Shutting the listening socket down does not end kept-alive connections, whose handler
+                # threads would go on answering (e.g. /metrics) — a dead server answers nothing.
+                if fake.dead:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                return fake.dead
+
             def do_GET(self):
+                if self.hang_up():
+                    return
                 if self.path == "/v1/models":
                     self.send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "fake-model"}]}).encode())
                 elif self.path == "/metrics":
@@ -100,6 +111,8 @@ class Fake:
                 self.wfile.flush()
 
             def do_POST(self):
+                if self.hang_up():
+                    return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
                     fake.requests += 1
@@ -120,6 +133,7 @@ class Fake:
                 time.sleep(fake.first_s)
                 for i, word in enumerate(fake.words):
                     if fake.die_on == number and i == 2:  # cut mid-stream, then the server goes away
+                        fake.dead = True
                         self.close_connection = True
                         self.connection.shutdown(socket.SHUT_RDWR)
                         threading.Thread(target=fake.close, daemon=True).start()
