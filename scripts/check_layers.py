@@ -27,6 +27,7 @@ LAYERS = (
     ("serving", ("serving",)),
     ("training", ("training",)),
     ("bench", ("bench",)),
+    ("bridge", ("bridge",)),
     ("course", ("course",)),
     ("shell", ("cli", "__main__")),
 )

@@ -235,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--limit", type=int, default=0, help="at most N held-out sequences (default all)")
     ts.add_argument("--device", default="auto")
 
+    ex = sub.add_parser("export-eagle3", help="write the shipped eagle drafter as an EAGLE-3 checkpoint (config.json + "
+                                               "model.safetensors) for llama.cpp's converter (--spec-type draft-eagle3)")
+    ex.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
+    ex.add_argument("--model", default="smollm2-135m")
+    ex.add_argument("--gguf", type=Path, metavar="FILE", help="also run llama.cpp's convert_hf_to_gguf.py on it (f32, "
+                    "--target-model-dir = the lab's converted target) and write the draft GGUF to FILE")
+    ex.add_argument("--llama-cpp-src", type=Path, metavar="DIR", help="with --gguf: the llama.cpp source folder (default: "
+                    "$SPECDEC_LLAMA_CPP_SRC, else the one `make llama-server` unpacks)")
+
     sub.add_parser("prepare", help="convert the model once into the local cache")
     return parser
 
@@ -279,6 +288,25 @@ def cmd_generate(args) -> None:
     print(summary, file=sys.stderr)
 
 
+def cmd_export_eagle3(args) -> None:
+    from .bridge.eagle3 import convert_to_gguf, export_eagle3, find_llama_cpp_src, gguf_command
+
+    if args.llama_cpp_src and not args.gguf:
+        raise SpecDecError("--llama-cpp-src needs --gguf")
+    src = find_llama_cpp_src(args.llama_cpp_src) if args.gguf else None  # before the export: fail fast
+    export = export_eagle3(args.out, args.model)
+    print(f"EAGLE-3 checkpoint: {export.path} ({len(export.shapes)} tensors, draft vocabulary "
+          f"{export.config['draft_vocab_size']}, target layers {export.config['eagle_aux_hidden_state_layer_ids']})")
+    if args.gguf:
+        draft = convert_to_gguf(export, args.gguf, src)
+        print(f"draft GGUF: {draft}")
+    else:
+        draft = Path("DRAFT.gguf")
+        print("convert with llama.cpp's converter: " + " ".join(gguf_command(export.path, draft, Path("LLAMA_CPP_SRC"),
+                                                                             export.target_dir)))
+    print(f"serve: llama-server -m TARGET.gguf -md {draft} --spec-type draft-eagle3 --spec-draft-n-max 4")
+
+
 def cmd_prepare(args) -> None:
     from .models import converted_model_dir
     print(converted_model_dir())
@@ -318,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "tree-shape":
             from .training.cli import run_tree_shape_command
             run_tree_shape_command(args)
+        elif args.command == "export-eagle3":
+            cmd_export_eagle3(args)
         elif args.command == "prepare":
             cmd_prepare(args)
     except SpecDecError as err:
