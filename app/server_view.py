@@ -113,17 +113,9 @@ class Progress:
 
 
 def _bench_counters(servers: list, records: dict) -> dict:
-    """Each server's speculative figures over the bench (its /metrics differenced, its timings summed),
-    as `bench --endpoint` computes them; a server that no longer answers keeps its completed requests."""
-    counters = {}
-    for server in servers:
-        try:
-            after = remote.fetch_metrics(server.client, server.url) if server.before is not None else None
-            delta = remote.counter_delta(server.before, after) if after is not None else None
-            counters[server.label] = remote.speculative_figures(delta, records[server.label])
-        except SpecDecError as err:
-            counters[server.label] = {**remote.speculative_figures(None, records[server.label]), "metrics_error": str(err)}
-    return counters
+    """Each server's speculative figures over the bench, as `bench --endpoint` computes them
+    (remote.server_figures); a server that no longer answers keeps its completed requests."""
+    return {server.label: remote.server_figures(server, records[server.label]) for server in servers}
 
 
 def run(s: Settings, progress=None) -> dict:

@@ -10,7 +10,9 @@ KV cache); kv_entries_discarded = how many drafted tokens' cache entries were cr
 """
 from __future__ import annotations
 
+import math
 import resource
+import statistics
 import sys
 
 from .trace import Trace
@@ -94,6 +96,11 @@ def tree_counts(steps: list) -> dict:
         return {}
     return {"accepted_per_rank": [a / o for a, o in zip(accepted, offered)], "offered_per_rank_count": offered,
             "accepted_per_rank_count": accepted}
+
+
+def geomean(values: list[float]) -> float:
+    """The geometric mean of speed ratios (0.0 for none): a ratio and its inverse weigh the same."""
+    return math.exp(statistics.mean(math.log(v) for v in values)) if values else 0.0
 
 
 def pooled_counts(runs: list[list[int]]) -> list[int]:

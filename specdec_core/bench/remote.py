@@ -20,7 +20,13 @@ Speculative counters come from the servers themselves and are converted into the
 and after a run and differenced, where the server exposes vLLM's spec-decode counters (vLLM as
 `vllm:spec_decode_*`, llama.cpp's `llama-server --metrics` under the same names as `llamacpp:spec_decode_*`),
 and llama.cpp's per-response `timings.draft_n` / `draft_n_accepted`, summed over the run's requests.
-Every figure a server does not expose is listed as such, never guessed.
+SGLang has no such counters: its accept length (tokens per verify step, the bonus token included) is
+read as the server's own averages, the `sglang:spec_accept_length` gauge on the /metrics page after the
+run (a window: gauges are not differenced) and `internal_states[].avg_spec_accept_length` of its
+`GET /server_info` (`/get_server_info` in older versions; a running average since the server started),
+and reported as tau per drafting step with a note that it is not this run's difference (the section
+comment above `ServerInfo`). Every figure a server does not expose is listed as such, never guessed;
+SGLang's own figures only for a server that looks like SGLang.
 
 Token counts: one content chunk is counted as one token (llama.cpp and vLLM stream one token per chunk);
 when the final `usage.completion_tokens` says more (a held-back partial UTF-8 character, a stop token),
@@ -39,7 +45,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..errors import SpecDecError, ensure_writable
-from ..metrics import conditional_acceptance, pooled_per_position
+from ..metrics import conditional_acceptance, geomean, pooled_per_position
 from ..suite import PromptCase, load_prompts
 from .loadtest import (LoadConfig, dumps, level_order, matched_summary, request_speed, request_timing,
                        speed_metrics, workload)
@@ -53,6 +59,7 @@ TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=5.0)  # a slow
 SPEC_COUNTERS = {"num_drafts": "spec_decode_num_drafts_total", "num_draft_tokens": "spec_decode_num_draft_tokens_total",
                  "num_accepted_tokens": "spec_decode_num_accepted_tokens_total"}
 SPEC_PER_POS = "spec_decode_num_accepted_tokens_per_pos_total"
+NO_DRAFTING_STEPS = "drafting steps (tau per drafting step)"
 
 Snapshot = dict[str, dict[tuple[tuple[str, str], ...], float]]  # sample name -> labels -> value
 
@@ -322,7 +329,18 @@ def _per_position(delta: Snapshot) -> list[float] | None:
     return [counts.get(i, 0.0) for i in range(max(counts) + 1)] if counts else None
 
 
-def speculative_figures(delta: Snapshot | None, requests: list[RemoteRequest]) -> dict:
+@dataclass
+class Figures:
+    """One part of a server's speculative figures: the values, where they came from, what was missing.
+    `speculative_figures` joins the parts in a fixed order, so its report reads the same whatever the engine."""
+
+    values: dict = field(default_factory=dict)
+    source: list[str] = field(default_factory=list)
+    not_exposed: list[str] = field(default_factory=list)
+
+
+def speculative_figures(delta: Snapshot | None, requests: list[RemoteRequest], after: Snapshot | None = None,
+                        server_info: ServerInfo | None = None) -> dict:
     """The server's speculative counters in the lab's vocabulary (metrics.py):
     - alpha-bar = accepted / drafted tokens (draft_acceptance_rate);
     - tau = decode tokens / target decode forwards (mean_acceptance_length, prefill excluded): from
@@ -330,59 +348,254 @@ def speculative_figures(delta: Snapshot | None, requests: list[RemoteRequest]) -
       draft_n_accepted forwards; vLLM's "mean acceptance length" 1 + accepted / drafts counts drafting
       steps only (equal to tau when every step drafts) and is given beside it as tau_per_drafting_step;
     - acceptance per position s_i = accepted at position i / drafts (vLLM's per-position counter; a draft
-      shorter than i counts as not accepted there), and a_i = s_i / s_(i-1) (metrics.conditional_acceptance).
-    `not_exposed` names every figure this server did not give."""
-    counters = {key: _counter(delta, name) for key, name in SPEC_COUNTERS.items()} if delta is not None else {}
-    per_pos = _per_position(delta) if delta is not None else None
+      shorter than i counts as not accepted there), and a_i = s_i / s_(i-1) (metrics.conditional_acceptance);
+    - SGLang's accept length (tokens per verify step, the bonus token included) as tau_per_drafting_step,
+      from `after` (the /metrics snapshot at the run's end: a gauge, not differenced) and `server_info`,
+      with `tau_per_drafting_step_basis` saying it is the server's own average, not this run's difference.
+    `not_exposed` names every figure this server did not give; SGLang's only when the server is SGLang."""
     done = [r for r in requests if r.ok]
-    timed = [r.timings for r in done if r.timings and "draft_n" in r.timings]
-    predicted = [r.timings for r in done if r.timings and "predicted_n" in r.timings]
-    out: dict = {"source": [], "not_exposed": []}
-    if delta is None:
-        out["not_exposed"].append("/metrics (no Prometheus page: for llama-server, start it with --metrics)")
-    if any(v is not None for v in counters.values()):
-        out["source"].append("/metrics")
-        out.update({f"metrics_{k}": v for k, v in counters.items()})
-    out["not_exposed"] += [f"/metrics {SPEC_COUNTERS[k]}" for k, v in counters.items() if v is None and delta is not None]
-    if timed:
-        out["source"].append("timings")
-        out["timings_draft_n"] = sum(t["draft_n"] for t in timed)
-        out["timings_draft_n_accepted"] = sum(t.get("draft_n_accepted", 0) for t in timed)
-    elif predicted:
-        out["not_exposed"].append("per-response timings.draft_n / draft_n_accepted (llama.cpp omits them when speculation is off)")
-    else:
-        out["not_exposed"].append("per-response timings.draft_n / draft_n_accepted")
-    drafted = counters.get("num_draft_tokens") if counters.get("num_draft_tokens") is not None else out.get("timings_draft_n")
-    accepted = counters.get("num_accepted_tokens") if counters.get("num_accepted_tokens") is not None else out.get("timings_draft_n_accepted")
-    out["num_draft_tokens"], out["num_accepted_tokens"] = drafted, accepted
-    out["draft_acceptance_rate"] = accepted / drafted if drafted else None
-    drafts = counters.get("num_drafts")
-    out["num_drafts"] = drafts
-    out["tau_per_drafting_step"] = 1 + accepted / drafts if drafts and accepted is not None else None
-    if done and len(predicted) == len(done):  # a response without draft_n drafted nothing: its forwards = its tokens
-        tokens = sum(t["predicted_n"] - 1 for t in predicted)
-        forwards = tokens - sum(t.get("draft_n_accepted", 0) for t in predicted)
-        out["mean_acceptance_length"] = tokens / forwards if forwards > 0 else None
-    else:
-        out["mean_acceptance_length"] = None
-        out["not_exposed"].append("tau (decode forwards per request: llama.cpp's timings.predicted_n with draft_n_accepted)")
-    if drafts == 0:
-        out["acceptance_per_pos"] = out["conditional_acceptance_per_pos"] = None  # nothing drafted: nothing to say
-    elif per_pos is not None and drafts:
-        survival = pooled_per_position([[int(drafts)] * len(per_pos)], [[int(c) for c in per_pos]])
-        # s_i cannot rise with i: past its first zero every position is zero (llama.cpp lists all up to its max).
-        zero = next((i for i, x in enumerate(survival) if not x), None)
-        survival = survival if zero is None else survival[:zero + 1]
-        out["acceptance_per_pos"] = survival
-        out["conditional_acceptance_per_pos"] = conditional_acceptance(survival)
-    else:
-        out["acceptance_per_pos"] = out["conditional_acceptance_per_pos"] = None
-        out["not_exposed"].append(f"/metrics {SPEC_PER_POS} (acceptance per position)")
-    if drafted is None:
+    metrics, timings = _counter_figures(delta), _timings_figures(done)
+    counted = {**metrics.values, **timings.values}
+    rates = _rates(counted)
+    tau = _tau_figures(done)
+    survival = _survival_figures(_per_position(delta) if delta is not None else None, rates["num_drafts"])
+    parts = [metrics, timings, tau, survival]
+    out: dict = {"source": [s for p in parts for s in p.source], "not_exposed": [n for p in parts for n in p.not_exposed],
+                 **counted, **rates, **tau.values, **survival.values}
+    if rates["num_draft_tokens"] is None:
         out["not_exposed"].append("drafted / accepted tokens (alpha-bar): no speculative counters at all")
-    if drafts is None:
-        out["not_exposed"].append("drafting steps (tau per drafting step)")
+    if rates["num_drafts"] is None:
+        out["not_exposed"].append(NO_DRAFTING_STEPS)
+    if looks_like_sglang(after, server_info):
+        _merge_sglang(out, _sglang_figures(after, server_info))
     return out
+
+
+def _counter_figures(delta: Snapshot | None) -> Figures:
+    """vLLM's spec-decode counters (llama.cpp's under `llamacpp:`) in a /metrics difference, as `metrics_*`."""
+    part = Figures()
+    if delta is None:
+        part.not_exposed.append("/metrics (no Prometheus page: for llama-server, start it with --metrics)")
+        return part
+    counters = {key: _counter(delta, name) for key, name in SPEC_COUNTERS.items()}
+    if any(v is not None for v in counters.values()):
+        part.source.append("/metrics")
+        part.values.update({f"metrics_{k}": v for k, v in counters.items()})
+    part.not_exposed += [f"/metrics {SPEC_COUNTERS[k]}" for k, v in counters.items() if v is None]
+    return part
+
+
+def _timings_figures(done: list[RemoteRequest]) -> Figures:
+    """llama.cpp's per-response timings.draft_n / draft_n_accepted, summed over the completed requests."""
+    part = Figures()
+    timed = [r.timings for r in done if r.timings and "draft_n" in r.timings]
+    if timed:
+        part.source.append("timings")
+        part.values["timings_draft_n"] = sum(t["draft_n"] for t in timed)
+        part.values["timings_draft_n_accepted"] = sum(t.get("draft_n_accepted", 0) for t in timed)
+    elif any(r.timings and "predicted_n" in r.timings for r in done):
+        part.not_exposed.append("per-response timings.draft_n / draft_n_accepted (llama.cpp omits them when speculation is off)")
+    else:
+        part.not_exposed.append("per-response timings.draft_n / draft_n_accepted")
+    return part
+
+
+def _rates(counted: dict) -> dict:
+    """Drafted and accepted tokens (the /metrics counters where the server has them, else the timings'
+    sums), alpha-bar, drafting steps and tau per drafting step = 1 + accepted / drafting steps."""
+    drafted = _first_known(counted.get("metrics_num_draft_tokens"), counted.get("timings_draft_n"))
+    accepted = _first_known(counted.get("metrics_num_accepted_tokens"), counted.get("timings_draft_n_accepted"))
+    drafts = counted.get("metrics_num_drafts")
+    return {"num_draft_tokens": drafted, "num_accepted_tokens": accepted,
+            "draft_acceptance_rate": accepted / drafted if drafted else None, "num_drafts": drafts,
+            "tau_per_drafting_step": 1 + accepted / drafts if drafts and accepted is not None else None}
+
+
+def _first_known(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _tau_figures(done: list[RemoteRequest]) -> Figures:
+    """tau over the requests' decode forwards, from llama.cpp's timings (every request must have them)."""
+    predicted = [r.timings for r in done if r.timings and "predicted_n" in r.timings]
+    if not done or len(predicted) != len(done):
+        return Figures({"mean_acceptance_length": None},
+                       not_exposed=["tau (decode forwards per request: llama.cpp's timings.predicted_n with draft_n_accepted)"])
+    # a response without draft_n drafted nothing: its forwards = its tokens
+    tokens = sum(t["predicted_n"] - 1 for t in predicted)
+    forwards = tokens - sum(t.get("draft_n_accepted", 0) for t in predicted)
+    return Figures({"mean_acceptance_length": tokens / forwards if forwards > 0 else None})
+
+
+def _survival_figures(per_pos: list[float] | None, drafts: float | None) -> Figures:
+    """s_i from the per-position counter and the drafting steps, and a_i = s_i / s_(i-1)."""
+    if drafts == 0:  # nothing drafted: nothing to say
+        return Figures({"acceptance_per_pos": None, "conditional_acceptance_per_pos": None})
+    if per_pos is None or not drafts:
+        return Figures({"acceptance_per_pos": None, "conditional_acceptance_per_pos": None},
+                       not_exposed=[f"/metrics {SPEC_PER_POS} (acceptance per position)"])
+    survival = pooled_per_position([[int(drafts)] * len(per_pos)], [[int(c) for c in per_pos]])
+    # s_i cannot rise with i: past its first zero every position is zero (llama.cpp lists all up to its max).
+    zero = next((i for i, x in enumerate(survival) if not x), None)
+    survival = survival if zero is None else survival[:zero + 1]
+    return Figures({"acceptance_per_pos": survival, "conditional_acceptance_per_pos": conditional_acceptance(survival)})
+
+
+# --- SGLang ------------------------------------------------------------------------------------------
+#
+# SGLang (read in sgl-project/sglang: python/sglang/srt/metrics/collector.py, managers/scheduler_metrics_mixin.py,
+# entrypoints/http_server.py) has no spec-decode counters. It gives its accept length twice, both averages
+# the server keeps itself:
+# - /metrics (`--enable-metrics`): the gauges sglang:spec_accept_length and sglang:spec_accept_rate, set
+#   each time the scheduler logs a decode batch (every --decode-log-interval batches, 40 by default) from
+#   the verify steps since the previous log: a window, reset at every log. A gauge cannot be differenced,
+#   so the value is read from the snapshot after the run; it covers the run's last window only (or an
+#   earlier one, if the server logged no decode batch since).
+# - GET /server_info (/get_server_info in older versions, a deprecated alias in newer ones):
+#   internal_states[i].avg_spec_accept_length per data-parallel rank, accepted tokens over verify steps
+#   since the server started: a running average that includes every request before the run.
+# Both count, per request and verify step, the accepted drafts plus the token the target adds itself
+# (the bonus token): 1 when nothing was accepted.
+# sglang:spec_accept_rate is kept as SGLang reports it and is not alpha-bar: its numerator includes the
+# bonus tokens and its denominator is the verify width (speculative_num_draft_tokens, else num_steps + 1)
+# per step, and its wording has differed between SGLang versions.
+
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")  # newer SGLang first; the older name second
+
+
+@dataclass
+class ServerInfo:
+    """The server-info JSON (SGLang's `GET /server_info`) as it came back: any shape, checked when read."""
+
+    path: str  # the path that answered 200
+    body: object  # the parsed JSON; None when the answer was not JSON
+    text: str  # the answer's start, to say what came back instead
+
+
+def fetch_server_info(client: httpx.Client, endpoint: str) -> ServerInfo | None:
+    """SGLang's server-info JSON, or None where the server has none (any other answer than 200 on each
+    path: vLLM's and llama.cpp's 404, an API key's 401) or no longer answers (/metrics' own error says so).
+    Never an error: what the answer holds is checked in `sglang_accept_length_from_info`."""
+    for path in SERVER_INFO_PATHS:
+        try:
+            response = client.get(endpoint + path)
+        except httpx.HTTPError:
+            return None
+        if response.status_code == 200:
+            return ServerInfo(path, _json_or_none(response.text), response.text[:80])
+    return None
+
+
+def looks_like_sglang(after: Snapshot | None, info: ServerInfo | None) -> bool:
+    """Its /metrics names are `sglang:*`, or its server-info JSON has SGLang's internal_states."""
+    return (any(name.startswith("sglang:") for name in after or {})
+            or (info is not None and isinstance(info.body, dict) and "internal_states" in info.body))
+
+
+def sglang_tau_per_drafting_step(accept_length: float) -> float | None:
+    """SGLang's accept length -> the lab's tau per drafting step (1 + accepted / drafting steps).
+
+    SGLang adds, per request and verify step, the accepted drafts plus one (the bonus token), and divides
+    by the request-steps: the bonus token is already in, so the number carries over as it is, and a value
+    below 1 is no accept length (0: the gauge of a server that does not speculate).
+
+    Not the lab's tau (decode tokens / target decode forwards): SGLang's denominator counts verify steps
+    only, so a decode step that drafted nothing (a server that leaves drafting off for some steps or
+    requests) is missing from it, while tau counts every forward; the two agree when every step drafts."""
+    return accept_length if accept_length >= 1 else None
+
+
+def sglang_accept_length_from_info(info: ServerInfo) -> tuple[float | None, str]:
+    """(avg_spec_accept_length, "") from SGLang's server-info JSON, or (None, why not). Several
+    data-parallel ranks: their plain mean (each rank's own step count is not given)."""
+    states = info.body.get("internal_states") if isinstance(info.body, dict) else None
+    if not isinstance(states, list) or not states or not all(isinstance(s, dict) for s in states):
+        what = "not JSON" if info.body is None else "JSON without a list internal_states"
+        return None, f"{info.path} internal_states[].avg_spec_accept_length ({info.path} answered {what}: {info.text[:60]!r})"
+    values = [s.get("avg_spec_accept_length") for s in states]
+    if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in values):
+        return None, f"{info.path} internal_states[].avg_spec_accept_length (not a number: {values[:4]!r})"
+    numbers = [float(v) for v in values if v is not None]
+    if not numbers:
+        return None, (f"{info.path} internal_states[].avg_spec_accept_length (not reported: speculative decoding "
+                      f"is off, or no verify step yet)")
+    return statistics.fmean(numbers), ""
+
+
+def _gauge(snapshot: Snapshot | None, name: str) -> float | None:
+    """A gauge's value in one snapshot: the mean over its label sets (one per rank that publishes it)."""
+    series = (snapshot or {}).get(name)
+    return statistics.fmean(series.values()) if series else None
+
+
+def _sglang_figures(after: Snapshot | None, info: ServerInfo | None) -> Figures:
+    """SGLang's accept length from its gauge (after the run) and its server info, in the lab's vocabulary."""
+    gauge, by_gauge = _sglang_gauge_figures(after)
+    average, by_info = _sglang_info_figures(info)
+    tau = _sglang_tau(gauge, average, info.path if info is not None else "")
+    return Figures({**by_gauge.values, **by_info.values, **tau.values}, by_gauge.source + by_info.source,
+                   by_gauge.not_exposed + by_info.not_exposed + tau.not_exposed)
+
+
+def _sglang_gauge_figures(after: Snapshot | None) -> tuple[float | None, Figures]:
+    """sglang:spec_accept_length (and SGLang's own accept rate beside it) as the page showed them after the run."""
+    gauge = _gauge(after, SGLANG_ACCEPT_LENGTH)
+    if gauge is None:
+        why = "no /metrics page: launch SGLang with --enable-metrics" if after is None else "not on the page"
+        return None, Figures(not_exposed=[f"/metrics {SGLANG_ACCEPT_LENGTH} ({why})"])
+    part = Figures({"sglang_spec_accept_length": gauge, "sglang_spec_accept_rate": _gauge(after, SGLANG_ACCEPT_RATE)},
+                   [f"/metrics {SGLANG_ACCEPT_LENGTH}"])
+    if sglang_tau_per_drafting_step(gauge) is None:
+        part.not_exposed.append(f"/metrics {SGLANG_ACCEPT_LENGTH} is {gauge:g}: no verify step in the server's "
+                                f"last decode-log window (speculative decoding off?)")
+    return gauge, part
+
+
+def _sglang_info_figures(info: ServerInfo | None) -> tuple[float | None, Figures]:
+    """avg_spec_accept_length of the server info, or what kept it from being read."""
+    if info is None:
+        return None, Figures(not_exposed=["/server_info (nor /get_server_info) internal_states[].avg_spec_accept_length: "
+                                          "no such endpoint"])
+    average, problem = sglang_accept_length_from_info(info)
+    if problem:
+        return None, Figures(not_exposed=[problem])
+    part = Figures({"sglang_avg_spec_accept_length": average}, [info.path])
+    if sglang_tau_per_drafting_step(average) is None:
+        part.not_exposed.append(f"{info.path} avg_spec_accept_length is {average:g}, below 1: not an accept length")
+    return average, part
+
+
+def _sglang_tau(gauge: float | None, average: float | None, info_path: str) -> Figures:
+    """tau per drafting step from the server info's running average (all the server's verify steps, this
+    run's among them) when it has one, else from the gauge's window (the run's last, or an earlier one);
+    `tau_per_drafting_step_basis` says which, and that it is not this run's difference."""
+    from_info = sglang_tau_per_drafting_step(average) if average is not None else None
+    if from_info is not None:
+        return Figures({"tau_per_drafting_step": from_info, "tau_per_drafting_step_basis":
+                        f"SGLang's own running average since the server started ({info_path} avg_spec_accept_length), "
+                        f"requests before this run included: not this run's difference"})
+    from_gauge = sglang_tau_per_drafting_step(gauge) if gauge is not None else None
+    if from_gauge is not None:
+        return Figures({"tau_per_drafting_step": from_gauge, "tau_per_drafting_step_basis":
+                        f"SGLang's own windowed average over its last decode-log interval before the run ended "
+                        f"({SGLANG_ACCEPT_LENGTH}, a gauge read after the run): not this run's difference"})
+    return Figures()
+
+
+def _merge_sglang(out: dict, part: Figures) -> None:
+    """SGLang's figures beside the others; tau per drafting step only where no counter gave it."""
+    out["source"] += part.source
+    values = dict(part.values)
+    if out.get("tau_per_drafting_step") is not None:
+        values.pop("tau_per_drafting_step", None)
+        values.pop("tau_per_drafting_step_basis", None)
+    elif "tau_per_drafting_step" in values:  # the steps are still not counted, but tau per step is given
+        out["not_exposed"] = [n if n != NO_DRAFTING_STEPS else "drafting steps (a count: SGLang gives only its average)"
+                              for n in out["not_exposed"]]
+    out["not_exposed"] += part.not_exposed
+    out.update(values)
 
 
 # --- bench against one server or two, interleaved ------------------------------------------------
@@ -472,9 +685,6 @@ def summarise_remote(rows: list[dict], records: dict[str, list[RemoteRequest]], 
     """Per server and category: median per-user tokens/s and TTFT over completed prompts, end-to-end
     tokens/s (tokens / wall), and with a baseline the interleaved per-prompt ratio (geometric mean of
     baseline / endpoint wall per token) and, greedy, how many outputs are identical to the baseline's."""
-    def geomean(values: list[float]) -> float | None:  # as the local bench's summarise (run._geomean)
-        return statistics.geometric_mean(values) if values else None
-
     out: dict = {}
     for label in dict.fromkeys(r["endpoint"] for r in rows):
         mine = [r for r in rows if r["endpoint"] == label and r["ok"]]
@@ -486,12 +696,17 @@ def summarise_remote(rows: list[dict], records: dict[str, list[RemoteRequest]], 
     if "baseline" in out and "endpoint" in out:
         pairs = _paired(rows)
         ratios = [(c, (b["wall_s"] / max(1, b["new_tokens"])) / (e["wall_s"] / max(1, e["new_tokens"]))) for c, b, e in pairs]
-        out["endpoint"]["speedup_vs_baseline"] = geomean([x for _, x in ratios])
+        out["endpoint"]["speedup_vs_baseline"] = _mean_ratio([x for _, x in ratios])
         for category, entry in out["endpoint"]["by_category"].items():
-            entry["speedup_vs_baseline"] = geomean([x for c, x in ratios if c == category])
+            entry["speedup_vs_baseline"] = _mean_ratio([x for c, x in ratios if c == category])
         if temperature == 0:
             out["endpoint"]["identical_to_baseline"] = f"{sum(b['text'] == e['text'] for _, b, e in pairs)}/{len(pairs)}"
     return out
+
+
+def _mean_ratio(ratios: list[float]) -> float | None:
+    """The local bench's geometric mean (metrics.geomean, one definition); null, not its 0.0, without a pair."""
+    return geomean(ratios) if ratios else None
 
 
 def _paired(rows: list[dict]) -> list[tuple[str, dict, dict]]:
@@ -533,14 +748,7 @@ def run_remote_bench_command(args) -> dict:
     with tqdm(total=len(cases) * args.repeats * len(servers), desc="bench --endpoint", unit="run") as bar:
         rows, records = run_remote_bench(servers, cases, args.max_new_tokens, temperature, args.seed, args.repeats,
                                          progress=bar.update, extra=request_extra(args))
-    counters = {}
-    for server in servers:
-        try:
-            after = fetch_metrics(server.client, server.url) if server.before is not None else None
-            delta = counter_delta(server.before, after) if after is not None else None
-            counters[server.label] = speculative_figures(delta, records[server.label])
-        except SpecDecError as err:  # e.g. the server died: its figures are lost, its completed requests are not
-            counters[server.label] = {**speculative_figures(None, records[server.label]), "metrics_error": str(err)}
+    counters = {server.label: server_figures(server, records[server.label]) for server in servers}
     summary = summarise_remote(rows, records, counters, temperature)
     report = {"environment": {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
                               "httpx": httpx.__version__},
@@ -558,6 +766,18 @@ def run_remote_bench_command(args) -> dict:
     return report
 
 
+def server_figures(server: Server, records: list[RemoteRequest]) -> dict:
+    """A server's speculative figures over a bench run: its /metrics now, differenced against the run's
+    start (gauges read as they are now), its server info (SGLang), its responses' timings."""
+    info = fetch_server_info(server.client, server.url)
+    try:
+        after = fetch_metrics(server.client, server.url) if server.before is not None else None
+        delta = counter_delta(server.before, after) if after is not None else None
+        return speculative_figures(delta, records, after, info)
+    except SpecDecError as err:  # e.g. the server died: its figures are lost, its completed requests are not
+        return {**speculative_figures(None, records, None, info), "metrics_error": str(err)}
+
+
 def _request_json(r: RemoteRequest) -> dict:
     d = asdict(r)
     start = r.arrival_s
@@ -567,26 +787,38 @@ def _request_json(r: RemoteRequest) -> dict:
     return d
 
 
-def format_summary(summary: dict) -> str:
-    def num(x, spec=".2f") -> str:
-        return "-" if x is None else format(x, spec)
+def _num(x: float | None, spec: str = ".2f") -> str:
+    """A figure for the printed tables: '-' where the server gave none."""
+    return "-" if x is None else format(x, spec)
 
+
+def _sglang_line(label: str, spec: dict) -> str | None:
+    """SGLang's tau per drafting step, printed with what it is: the server's own average, not this run's."""
+    if not spec.get("tau_per_drafting_step_basis"):
+        return None
+    return (f"  {label} speculative ({' + '.join(spec['source'])}): tau per drafting step "
+            f"{_num(spec['tau_per_drafting_step'])}, {spec['tau_per_drafting_step_basis']}")
+
+
+def format_summary(summary: dict) -> str:
     lines = [f"{'server':10s} {'category':12s} {'tok/s':>7s} {'e2e tok/s':>9s} {'TTFT s':>7s} {'speedup':>8s}"]
     for label, s in summary.items():
-        lines.append(f"{label:10s} {'all':12s} {num(s['tokens_per_s']):>7s} {num(s['end_to_end_tokens_per_s']):>9s} "
-                     f"{num(s['ttft_s'], '.3f'):>7s} {num(s.get('speedup_vs_baseline')):>8s}"
+        lines.append(f"{label:10s} {'all':12s} {_num(s['tokens_per_s']):>7s} {_num(s['end_to_end_tokens_per_s']):>9s} "
+                     f"{_num(s['ttft_s'], '.3f'):>7s} {_num(s.get('speedup_vs_baseline')):>8s}"
                      + (f"  identical to baseline {s['identical_to_baseline']}" if s.get("identical_to_baseline") else "")
                      + (f"  ({s['failed']} failed)" if s["failed"] else ""))
         for category, c in s["by_category"].items():
-            lines.append(f"{'':10s} {category:12s} {num(c['tokens_per_s']):>7s} {num(c['end_to_end_tokens_per_s']):>9s} "
-                         f"{num(c['ttft_s'], '.3f'):>7s} {num(c.get('speedup_vs_baseline')):>8s}")
+            lines.append(f"{'':10s} {category:12s} {_num(c['tokens_per_s']):>7s} {_num(c['end_to_end_tokens_per_s']):>9s} "
+                         f"{_num(c['ttft_s'], '.3f'):>7s} {_num(c.get('speedup_vs_baseline')):>8s}")
         spec = s.get("speculative") or {}
         if spec.get("num_draft_tokens") is not None:
             per_pos = ", ".join(f"{x:.2f}" for x in (spec.get("acceptance_per_pos") or [])[:8])
             lines.append(f"  {label} speculative ({' + '.join(spec['source'])}): drafted {spec['num_draft_tokens']:g}, "
-                         f"accepted {spec['num_accepted_tokens']:g}, alpha-bar {num(spec['draft_acceptance_rate'])}, "
-                         f"tau {num(spec['mean_acceptance_length'])}, tau per drafting step {num(spec['tau_per_drafting_step'])}"
+                         f"accepted {spec['num_accepted_tokens']:g}, alpha-bar {_num(spec['draft_acceptance_rate'])}, "
+                         f"tau {_num(spec['mean_acceptance_length'])}, tau per drafting step {_num(spec['tau_per_drafting_step'])}"
                          + (f", s_i {per_pos}" if per_pos else ""))
+        if _sglang_line(label, spec):
+            lines.append(_sglang_line(label, spec))
         if spec.get("not_exposed"):
             lines.append(f"  {label} does not expose: {'; '.join(spec['not_exposed'])}")
     return "\n".join(lines)
@@ -648,10 +880,12 @@ def run_remote_level(server: Server, concurrency: int, order: list[PromptCase], 
 
 
 def remote_level_row(server: Server, concurrency: int, records: list[RemoteRequest], category_of: dict[str, str],
-                     delta: Snapshot | None, metrics_error: str = "") -> dict:
+                     delta: Snapshot | None, metrics_error: str = "", after: Snapshot | None = None,
+                     server_info: ServerInfo | None = None) -> dict:
     """One level of one server as a load-test row: the local row's keys where the server gives the figure
     (speed_metrics over the completed requests; num_drafts / num_draft_tokens / num_accepted_tokens and
-    tau from its counters), its speculative figures in full, and what failed."""
+    tau from its counters), its speculative figures in full (`after` and `server_info` for SGLang's
+    averages), and what failed."""
     done = [r for r in records if r.ok]
     failed = [r for r in records if r.error and r.error != "not run"]
     row: dict = {"scheme": server.label, "url": server.url, "model": server.model, "concurrency": concurrency,
@@ -660,7 +894,7 @@ def remote_level_row(server: Server, concurrency: int, records: list[RemoteReque
                  "error": next((r.error for r in records if r.error), "")}
     if done:
         row.update(speed_metrics(done, concurrency, category_of))
-    spec = speculative_figures(delta, done)
+    spec = speculative_figures(delta, done, after, server_info)
     if metrics_error:
         spec["metrics_error"] = metrics_error
     drafted = spec.get("timings_draft_n")
@@ -721,8 +955,9 @@ def run_remote_load_test(servers: list[Server], cases: list[PromptCase], concurr
             if failure and not any(r.ok for level in records[server.label].values() for r in level):
                 raise SpecDecError(f"{server.url}: {failure}")
             server.failed = failure
-            _, delta, metrics_error = _level_delta(server, before)
-            rows.append(remote_level_row(server, c, done, category_of, delta, metrics_error))
+            after, delta, metrics_error = _level_delta(server, before)
+            rows.append(remote_level_row(server, c, done, category_of, delta, metrics_error, after,
+                                         fetch_server_info(server.client, server.url)))
         if temperature == 0 and len(servers) == 2:
             _mark_identical(rows[-2:], records, c)
     return rows, records
@@ -793,8 +1028,9 @@ def remote_load_result(servers: list[Server], rows: list[dict], records: dict[st
     overall = {}
     for server in servers:  # the whole run: the first snapshot to the last, every level's responses
         done = [r for level in records[server.label].values() for r in level if r.ok]
-        _, delta, error = _level_delta(server, first[server.label])
-        overall[server.label] = {**speculative_figures(delta, done), **({"metrics_error": error} if error else {})}
+        after, delta, error = _level_delta(server, first[server.label])
+        info = fetch_server_info(server.client, server.url)
+        overall[server.label] = {**speculative_figures(delta, done, after, info), **({"metrics_error": error} if error else {})}
     whole = [r for r in rows if "per_user_tok_s" in r and not r["failed"] and not r["not_run"]]
     matched = matched_summary(whole, "endpoint", "baseline") if len(servers) == 2 else None
     timings, failures = {}, {}
@@ -828,14 +1064,11 @@ def remote_load_result(servers: list[Server], rows: list[dict], records: dict[st
 
 
 def format_load_summary(result: dict) -> str:
-    def num(x, spec=".2f") -> str:
-        return "-" if x is None else format(x, spec)
-
     lines = ["server       C  per-user tok/s  aggregate tok/s  TTFT s  p95 ITL s  drafted  accepted  tau   identical  failed"]
     for r in result["runs"]:
-        lines.append(f"{r['scheme']:10s} {r['concurrency']:3d}  {num(r.get('per_user_tok_s')):>14s}  "
-                     f"{num(r.get('aggregate_tok_s')):>15s}  {num(r.get('ttft_s')):>6s}  {num(r.get('p95_itl_s'), '.3f'):>9s}  "
-                     f"{num(r['num_draft_tokens'], 'g'):>7s}  {num(r['num_accepted_tokens'], 'g'):>8s}  {num(r['tau']):>4s}  "
+        lines.append(f"{r['scheme']:10s} {r['concurrency']:3d}  {_num(r.get('per_user_tok_s')):>14s}  "
+                     f"{_num(r.get('aggregate_tok_s')):>15s}  {_num(r.get('ttft_s')):>6s}  {_num(r.get('p95_itl_s'), '.3f'):>9s}  "
+                     f"{_num(r['num_draft_tokens'], 'g'):>7s}  {_num(r['num_accepted_tokens'], 'g'):>8s}  {_num(r['tau']):>4s}  "
                      f"{r.get('identical_to_baseline', '-'):>9s}  {r['failed'] + r['not_run']}"
                      + (f"  (server decode calls {r['server_decode_calls']:g} for {r['request_forwards']} request forwards)"
                         if r.get("server_decode_calls") is not None and r.get("request_forwards") else ""))
@@ -846,6 +1079,8 @@ def format_load_summary(result: dict) -> str:
         lines.append(f"matched throughput: endpoint per-user speed {ratio(m['per_user_speedup'])} over baseline "
                      f"({len(m['levels'])} levels; mean {ratio(m['per_user_mean_speedup'])}; {by_category})")
     for label, spec in result.get("speculative", {}).items():
+        if _sglang_line(label, spec):
+            lines.append(_sglang_line(label, spec))
         if spec.get("not_exposed"):
             lines.append(f"  {label} does not expose: {'; '.join(spec['not_exposed'])}")
     return "\n".join(lines)

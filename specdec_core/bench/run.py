@@ -11,7 +11,6 @@ and `llamacpp:ar` (llama.cpp on the same GGUF, `bench/llamacpp.py`; installed by
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ from ..drafters import DRAFTERS, OPTIONS, DraftNet, ReducedVocab
 from ..drafters.draft import causal_lm
 from ..drafters.weights import drafter_module
 from ..generation import check, config_from_args, generate
-from ..metrics import matching_prefix, peak_rss_bytes, positional_matches, pooled_counts, pooled_per_position
+from ..metrics import geomean, matching_prefix, peak_rss_bytes, positional_matches, pooled_counts, pooled_per_position
 from ..models import LoadedModel, load_model
 from ..quant import WEIGHTS, with_weights
 from ..provenance import cpu_name, git_commit
@@ -281,7 +280,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
         per_pos = pooled_per_position([r["offered_per_pos"] for r in ours], [r["accepted_per_pos"] for r in ours])
         ttfts = [r["ttft_s"] for r in rows if r.get("ttft_s") is not None]
         summary[label] = {
-            "speedup_vs_ar": _geomean(ratios),
+            "speedup_vs_ar": geomean(ratios),
             "mean_accepted_length": statistics.mean(taus) if taus else None,
             "acceptance_rate": statistics.mean(rates) if rates else None,
             "identical_to_ar": f"{sum(bool(r.get('identical_to_ar')) for r in greedy)}/{len(greedy)}" if greedy else None,
@@ -302,13 +301,9 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
             cat_rows = [r for r in rows if r["category"] == category]
             cat_taus = [r["mean_accepted_length"] for r in cat_rows if r["mean_accepted_length"] is not None]
             by_category[category][label] = {
-                "speedup_vs_ar": _geomean([v for c, v in per_prompt.values() if c == category]),
+                "speedup_vs_ar": geomean([v for c, v in per_prompt.values() if c == category]),
                 "mean_accepted_length": statistics.mean(cat_taus) if cat_taus else None}
     return summary, dict(by_category)
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.mean(math.log(v) for v in values)) if values else 0.0
 
 
 def environment(lm: LoadedModel) -> dict:
