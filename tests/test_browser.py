@@ -5,6 +5,8 @@
 - the race replays a shipped trace to the end, and the exact lanes show exactly the AR text;
 - a quiz question is answered and graded;
 - the language follows ?lang= and the sidebar switch;
+- "Your server" runs its small bench and load test against two real llama-servers (plain and with
+  n-gram speculation) started on loopback, and draws its charts (skipped without a llama-server binary);
 - 6 simultaneous sessions (one browser, 6 contexts) each run a short live race on the real model
   and every one shows exactly what `sd.generate` gives in this process, with the app's batched
   decoding and again with ?decode=lock; the test reports how much sooner the last one finishes batched.
@@ -32,10 +34,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SHOTS = ROOT / "test-output" / "screenshots"
 VIEWPORT = {"width": 1400, "height": 900}
-PAGES = {"home": "", "race": "race", "inspector": "inspector", "lab": "lab", "pays": "pays", "quiz": "quiz",
-         "lessons": "lessons"}  # page -> url path
+PAGES = {"home": "", "race": "race", "inspector": "inspector", "lab": "lab", "pays": "pays", "server": "server",
+         "quiz": "quiz", "lessons": "lessons"}  # page -> url path
 TITLES = {"home": "home_title", "race": "race_title", "inspector": "insp_title", "lab": "lab_title",
-          "pays": "pays_title", "quiz": "quiz_title", "lessons": "lessons_title"}  # page -> i18n key of its h1
+          "pays": "pays_title", "server": "server_title", "quiz": "quiz_title",
+          "lessons": "lessons_title"}  # page -> i18n key of its h1
 ROUND_TRIP = ("inspector", "lab", "quiz", "lessons")  # pages with selectboxes of translated labels
 LANES = ("ar", "nar", "jacobi", "spec")
 EXACT_LANES = ("ar", "jacobi", "spec")  # lanes whose text must equal AR's (NAR garbles on purpose)
@@ -295,8 +298,8 @@ def test_every_page_opens(server, page):
                 message = " | ".join(str(err).splitlines()[:3]) or repr(err)
                 where = f"{name} ({lang})"
                 problems.append(message if message.startswith(where) else f"{where}: {message}")
-            # English: race and quiz are shot after their own tests; Chinese: every page (docs/screenshots/<page>-zh.png)
-            if (first and name not in ("race", "quiz")) or lang == "zh":
+            # English: race, quiz and server are shot after their own tests; Chinese: every page (docs/screenshots/<page>-zh.png)
+            if (first and name not in ("race", "quiz", "server")) or lang == "zh":
                 screenshot(page, name if lang == "en" else f"{name}-zh")
         print(f"{name}: {time.monotonic() - start:.1f} s")
     assert not problems, "\n".join(problems)
@@ -351,6 +354,41 @@ def test_quiz_answer_is_graded(server, page):
     page.get_by_text(EN["quiz_explanation"]).first.wait_for(timeout=RERUN_MS)
     scroll_to(page.locator(f".st-key-quiz_retry_{q.id}").locator("xpath=ancestor::*[@data-testid='stVerticalBlock'][1]"), 80)
     screenshot(page, "quiz")
+
+
+def test_your_server_page_measures_real_llama_servers(server, page):
+    """The page's whole path in a browser: two llama-servers (plain, and ngram-simple speculation) on
+    free loopback ports, their URLs typed in, a small run (2 prompts, 16 tokens, C = 1, 2), then the
+    bench, speculative-figures and load-test sections with their charts, and no exception box."""
+    from test_remote import llama_server_binary, start_llama_server
+
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("no llama-server binary: run `make llama-server` or set SPECDEC_LLAMA_SERVER")
+    plain, plain_url = start_llama_server(binary, parallel=2)
+    spec, spec_url = start_llama_server(binary, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+                                        "--spec-ngram-simple-size-m", "16", parallel=2)
+    try:
+        open_page(page, server, "server", "en")
+        for key, value in (("server_endpoint", spec_url), ("server_baseline", plain_url), ("server_prompts", "2"),
+                           ("server_max_tokens", "16"), ("server_levels", "1,2")):
+            box = page.locator(f".st-key-{key} input").first
+            box.fill(value)
+            box.press("Enter")
+            wait_idle(page)
+        click_key(page, "server_run", timeout=RERUN_MS)
+        for heading in ("server_bench_h", "server_spec_h", "server_load_h"):
+            page.get_by_text(EN[heading], exact=True).first.wait_for(timeout=MODEL_MS)
+        wait_idle(page)
+        assert_no_exception(page, "server after a run")
+        for chart in ("server_tps", "server_per_pos", "server_throughput"):
+            assert page.locator(f".st-key-{chart} .js-plotly-plot").count() == 1, f"no {chart} chart"
+        scroll_to(page.get_by_text(EN["server_bench_h"], exact=True), 80)
+        screenshot(page, "server")
+    finally:
+        for proc in (plain, spec):
+            proc.kill()
+            proc.wait()
 
 
 def test_language_query_and_sidebar_switch(server, page):
