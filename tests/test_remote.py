@@ -115,6 +115,14 @@ SGLANG_SERVER_INFO = json.dumps({
     "internal_states": [{"last_gen_throughput": 41.3, "avg_spec_accept_length": 2.7}], "version": "0.5.0"})
 
 
+# vLLM's per-request object, captured from documentation (docs/features/speculative_decoding/
+# acceptance_metrics.md, "Response Format", read at vllm-project/vllm 02cf515: the `summary` level's
+# fields, with the page's own example values), not from a running server.
+VLLM_REQUEST_DOCS = {"mean_acceptance_length": 1.2325581395348837, "draft_acceptance_rate": 0.07751937984496124,
+                     "acceptance_histogram": [39, 1, 0, 3], "acceptance_histogram_by_draft_length": {"3": [39, 1, 0, 3]},
+                     "num_spec_steps": 43, "num_accepted_draft_tokens": 10, "num_draft_tokens": 129, "num_spec_tokens": 3}
+
+
 # --- a fake OpenAI-compatible server ---------------------------------------------------------------
 
 
@@ -124,7 +132,8 @@ class Fake:
     mode: "ok", "html" (a web page instead), "nochoices" (JSON chunks without choices);
     die_on: the request number (1-based) that is cut mid-stream, after which the server shuts down;
     engine "sglang": /metrics is `metrics` (default: SGLANG_DOCS with accept length 2.65) and the responses
-    carry no timings, as SGLang's; `server_info` (a body) is served at `server_info_path` when given.
+    carry no timings, as SGLang's; engine "vllm-request": no /metrics, no timings, and every response's
+    final usage chunk carries VLLM_REQUEST_DOCS as metrics.speculative_decoding; `server_info` (a body) is served at `server_info_path` when given.
     `bodies` keeps every POSTed JSON body; requests may come concurrently (a load test), hence the lock."""
 
     def __init__(self, words=("Hello", " world", "!", " Bye"), first_s=0.05, gap_s=0.02, mode="ok", die_on=None,
@@ -186,7 +195,7 @@ class Fake:
                     return
                 if self.path == "/v1/models":
                     self.send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "fake-model"}]}).encode())
-                elif self.path == "/metrics":
+                elif self.path == "/metrics" and fake.engine != "vllm-request":
                     self.send(200, "text/plain; version=0.0.4", fake.metrics_text().encode())
                 elif fake.server_info is not None and self.path == fake.server_info_path:
                     self.send(200, "application/json", fake.server_info.encode())
@@ -238,8 +247,9 @@ class Fake:
                 self.chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
                 n = len(fake.words) + 1  # the usage counts one token the chunks did not carry
                 timings = {"predicted_n": n, "draft_n": 3, "draft_n_accepted": 2} if fake.engine == "llamacpp" else None
+                per_request = {"metrics": {"speculative_decoding": VLLM_REQUEST_DOCS}} if fake.engine == "vllm-request" else {}
                 self.chunk({"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": 7},
-                            **({"timings": timings} if timings else {})})
+                            **({"timings": timings} if timings else {}), **per_request})
                 self.chunk(b"[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
 
@@ -830,3 +840,24 @@ def test_real_llama_server_killed_mid_load_test(tmp_path, capsys, monkeypatch):
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def test_vllm_per_request_metrics_are_summed_into_the_labs_vocabulary(fake, tmp_path, capsys):
+    """vLLM's per-request metrics.speculative_decoding (its documentation's example on every response, no
+    /metrics page): summed over the run, the histogram of accepted drafts per step gives s_i."""
+    from specdec_core.cli import main
+
+    f = fake(engine="vllm-request")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"chat-0{i}", "category": "chat", "prompt": f"hi {i}"}) + "\n" for i in (1, 2)))
+    out = tmp_path / "o.json"
+    assert main(["bench", "--endpoint", f.url, "--prompts", str(prompts), "--max-new-tokens", "8", "--out", str(out)]) == 0
+    spec = json.loads(out.read_text())["summary"]["endpoint"]["speculative"]
+    assert "response metrics.speculative_decoding" in spec["source"] and spec["response_acceptance_histogram"] == [78, 2, 0, 6]
+    assert (spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"]) == (86, 258, 20)
+    assert spec["draft_acceptance_rate"] == pytest.approx(VLLM_REQUEST_DOCS["draft_acceptance_rate"])
+    assert spec["tau_per_drafting_step"] == pytest.approx(VLLM_REQUEST_DOCS["mean_acceptance_length"])  # the page's own
+    # position 1: the 8 steps that accepted 1 or 3; positions 2 and 3: the 6 that accepted all 3 (of 86 steps)
+    assert spec["acceptance_per_pos"] == pytest.approx([8 / 86, 6 / 86, 6 / 86])
+    assert not any("per_pos" in x for x in spec["not_exposed"])
+

@@ -19,7 +19,9 @@ Speculative counters come from the servers themselves and are converted into the
 (`metrics.py`): `/metrics` (Prometheus text, parsed with `prometheus_client`'s parser) snapshotted before
 and after a run and differenced, where the server exposes vLLM's spec-decode counters (vLLM as
 `vllm:spec_decode_*`, llama.cpp's `llama-server --metrics` under the same names as `llamacpp:spec_decode_*`),
-and llama.cpp's per-response `timings.draft_n` / `draft_n_accepted`, summed over the run's requests.
+llama.cpp's per-response `timings.draft_n` / `draft_n_accepted`, and vLLM's per-request
+`metrics.speculative_decoding` (with `--per-request-spec-decode-metrics`: verify steps, drafted and
+accepted tokens, the histogram of accepted drafts per step), each summed over the run's requests.
 SGLang has no such counters: its accept length (tokens per verify step, the bonus token included) is
 read as the server's own averages, the `sglang:spec_accept_length` gauge on the /metrics page after the
 run (a window: gauges are not differenced) and `internal_states[].avg_spec_accept_length` of its
@@ -82,6 +84,7 @@ class RemoteRequest:
     prompt_tokens: int | None = None
     finish_reason: str | None = None
     timings: dict | None = None  # llama.cpp's per-response timings (draft_n, draft_n_accepted, predicted_n ...)
+    spec_decoding: dict | None = None  # vLLM's per-request metrics.speculative_decoding (--per-request-spec-decode-metrics)
     error: str = ""
 
     @property
@@ -230,7 +233,8 @@ def sse_events(response: httpx.Response) -> Iterator[tuple[float, dict | None]]:
 
 
 def _take_chunk(record: RemoteRequest, arrived: float, chunk: dict) -> None:
-    """One chunk into the record: content (a delivery), finish reason, usage, llama.cpp's timings."""
+    """One chunk into the record: content (a delivery), finish reason, usage, llama.cpp's timings, vLLM's
+    per-request speculative metrics."""
     choices = chunk.get("choices")
     if not isinstance(choices, list):
         raise SpecDecError(f"not an OpenAI stream: a chunk without 'choices' (keys: {', '.join(sorted(chunk)[:6])})")
@@ -248,6 +252,9 @@ def _take_chunk(record: RemoteRequest, arrived: float, chunk: dict) -> None:
         record.prompt_tokens = usage.get("prompt_tokens")
     if isinstance(chunk.get("timings"), dict):
         record.timings = chunk["timings"]
+    metrics = chunk.get("metrics")  # vLLM: rides the final usage chunk when the server reports it
+    if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+        record.spec_decoding = metrics["speculative_decoding"]
 
 
 def _settle_token_count(record: RemoteRequest) -> None:
@@ -354,12 +361,17 @@ def speculative_figures(delta: Snapshot | None, requests: list[RemoteRequest], a
       with `tau_per_drafting_step_basis` saying it is the server's own average, not this run's difference.
     `not_exposed` names every figure this server did not give; SGLang's only when the server is SGLang."""
     done = [r for r in requests if r.ok]
-    metrics, timings = _counter_figures(delta), _timings_figures(done)
-    counted = {**metrics.values, **timings.values}
+    metrics, timings, reported = _counter_figures(delta), _timings_figures(done), _response_metrics_figures(done)
+    counted = {**metrics.values, **timings.values, **reported.values}
     rates = _rates(counted)
     tau = _tau_figures(done)
-    survival = _survival_figures(_per_position(delta) if delta is not None else None, rates["num_drafts"])
-    parts = [metrics, timings, tau, survival]
+    per_pos = _per_position(delta) if delta is not None else None
+    if per_pos is None and "response_acceptance_histogram" in counted:  # vLLM's per-request histograms instead
+        survival = _survival_figures(positions_from_histogram(counted["response_acceptance_histogram"]),
+                                     counted["response_num_spec_steps"])
+    else:
+        survival = _survival_figures(per_pos, rates["num_drafts"])
+    parts = [metrics, timings, reported, tau, survival]
     out: dict = {"source": [s for p in parts for s in p.source], "not_exposed": [n for p in parts for n in p.not_exposed],
                  **counted, **rates, **tau.values, **survival.values}
     if rates["num_draft_tokens"] is None:
@@ -400,12 +412,40 @@ def _timings_figures(done: list[RemoteRequest]) -> Figures:
     return part
 
 
+def _response_metrics_figures(done: list[RemoteRequest]) -> Figures:
+    """vLLM's per-request metrics.speculative_decoding (`--per-request-spec-decode-metrics summary`; its
+    documentation, docs/features/speculative_decoding/acceptance_metrics.md, calls it experimental), summed
+    over the completed requests: verify steps, drafted and accepted tokens — the per-request counterparts
+    of its /metrics counters, which its documentation says they reconcile with — and the histogram of
+    accepted drafts per step. Silent where no response carries it: only vLLM with that flag does."""
+    reports = [r.spec_decoding for r in done if r.spec_decoding]
+    if not reports:
+        return Figures()
+    histogram: list[int] = []
+    for report in reports:
+        for j, steps in enumerate(report.get("acceptance_histogram") or []):
+            histogram += [0] * (j + 1 - len(histogram))
+            histogram[j] += int(steps)
+    values = {f"response_{key}": sum(int(r.get(key) or 0) for r in reports)
+              for key in ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens")}
+    return Figures({**values, "response_acceptance_histogram": histogram}, ["response metrics.speculative_decoding"])
+
+
+def positions_from_histogram(histogram: list[int]) -> list[int]:
+    """Steps that accepted exactly j drafts (j = 0..k) -> accepted drafts at position i = 1..k: a step
+    accepts its i-th draft when it accepts at least i."""
+    return [sum(histogram[i:]) for i in range(1, len(histogram))]
+
+
 def _rates(counted: dict) -> dict:
     """Drafted and accepted tokens (the /metrics counters where the server has them, else the timings'
-    sums), alpha-bar, drafting steps and tau per drafting step = 1 + accepted / drafting steps."""
-    drafted = _first_known(counted.get("metrics_num_draft_tokens"), counted.get("timings_draft_n"))
-    accepted = _first_known(counted.get("metrics_num_accepted_tokens"), counted.get("timings_draft_n_accepted"))
-    drafts = counted.get("metrics_num_drafts")
+    or vLLM's per-request sums), alpha-bar, drafting steps and tau per drafting step = 1 + accepted /
+    drafting steps."""
+    drafted = _first_known(counted.get("metrics_num_draft_tokens"), counted.get("timings_draft_n"),
+                           counted.get("response_num_draft_tokens"))
+    accepted = _first_known(counted.get("metrics_num_accepted_tokens"), counted.get("timings_draft_n_accepted"),
+                            counted.get("response_num_accepted_draft_tokens"))
+    drafts = _first_known(counted.get("metrics_num_drafts"), counted.get("response_num_spec_steps"))
     return {"num_draft_tokens": drafted, "num_accepted_tokens": accepted,
             "draft_acceptance_rate": accepted / drafted if drafted else None, "num_drafts": drafts,
             "tau_per_drafting_step": 1 + accepted / drafts if drafts and accepted is not None else None}
