@@ -315,28 +315,12 @@ def test_completions_endpoint_streams_too(fake):
     assert r.ok and r.text == "Hello world! Bye"  # the fake sends delta chunks; text chunks parse alike
 
 
-VLLM_STYLE = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
-# TYPE vllm:spec_decode_num_drafts_total counter
-vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
-# TYPE vllm:spec_decode_num_draft_tokens_total counter
-vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {tokens}
-# TYPE vllm:spec_decode_num_accepted_tokens_total counter
-vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
-# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
-vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
-vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
-vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="2"}} {p2}
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{{engine="0",model_name="m"}} 3
-"""
-
-
 def test_counters_are_differenced_and_put_in_the_labs_vocabulary():
-    """Two snapshots in vLLM's /metrics format (written here in the shape vLLM documents, not captured
-    from a running vLLM): only the run's share counts, and it becomes alpha-bar, tau per drafting step,
-    s_i and a_i."""
-    before = remote.parse_metrics(VLLM_STYLE.format(drafts=100, tokens=300, accepted=150, p0=80, p1=50, p2=20))
-    after = remote.parse_metrics(VLLM_STYLE.format(drafts=110, tokens=330, accepted=168, p0=89, p1=6 + 50, p2=3 + 20))
+    """Two snapshots of VLLM_DOCS: only the run's share counts, and it becomes alpha-bar, tau per drafting
+    step, s_i and a_i."""
+    before = remote.parse_metrics(VLLM_DOCS.format(generated=500, drafts=100, tokens=300, accepted=150, p0=80, p1=50, p2=20))
+    after = remote.parse_metrics(VLLM_DOCS.format(generated=540, drafts=110, tokens=330, accepted=168, p0=89, p1=6 + 50,
+                                                  p2=3 + 20))
     delta = remote.counter_delta(before, after)
     assert "vllm:num_requests_running" not in delta  # gauges are not differenced
     figures = remote.speculative_figures(delta, [])
