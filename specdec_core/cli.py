@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--dtype", default="auto")
 
     td = sub.add_parser("train-draft", help="train a drafter on a make-data run (checkpoints, --resume)")
-    td.add_argument("--kind", required=True, help="the drafter to train: draft, heads, eagle, block or block-parallel")
+    td.add_argument("--kind", required=True, help="the drafter to train: draft, heads, eagle, block or block-parallel; several "
+                                                  "comma-separated train together, sharing each batch's target forward")
     td.add_argument("--model", default="smollm2-135m")
     td.add_argument("--data", type=Path, help="the corpus folder (default: the committed data/MODEL)")
     td.add_argument("--data-tokens", type=int, help="train on the corpus's first shards up to N response tokens (default: all)")
@@ -177,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the optimizer state follows from the cache when this machine exported them")
     td.add_argument("--steps", type=int, help="optimizer steps (default 1200; 6 with --smoke)")
     td.add_argument("--batch-size", type=int, default=8, help="sequences per step (default 8)")
-    td.add_argument("--lr", type=float, default=1e-3)
+    td.add_argument("--lr", type=float, help="learning rate (default: a warm start's own, else 1e-3)")
     td.add_argument("--warmup", type=int, default=50)
     td.add_argument("--depth", type=int, default=4, help="heads: number of heads; eagle: unrolled training-time-test steps; draft: unused")
     td.add_argument("--intermediate", type=int, default=0, help="eagle and draft: MLP width (default: eagle the target's, draft 480)")
@@ -186,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--checkpoint-every", type=int, default=100)
     td.add_argument("--stop-after", type=int, help="stop this sitting after N steps (checkpointed; continue with --resume)")
     td.add_argument("--resume", action="store_true", help="continue the run with these settings from its checkpoint")
-    td.add_argument("--out", type=Path, help="the run folder (default: SPECDEC_CACHE/training-runs/MODEL/KIND-HASH)")
+    td.add_argument("--out", type=Path, help="the run folder (default: SPECDEC_CACHE/training-runs/MODEL/KIND-HASH; "
+                                           "several kinds: OUT/KIND)")
     td.add_argument("--device", default="auto")
 
     tc = sub.add_parser("train-curve", help="the scaling curve: a drafter trained at several data sizes (and on the "

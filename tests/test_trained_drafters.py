@@ -265,6 +265,48 @@ def test_a_warm_start_continues_from_the_weights_and_adds_a_sitting_to_their_car
     assert second["total"]["tokens_seen"] == first["tokens_seen"] + second["tokens_seen"] and first["tokens_seen"] > 0
 
 
+def test_kinds_trained_together_end_with_the_weights_each_gets_alone(smoke_runs, monkeypatch, tmp_path):
+    """`--kind heads,eagle,block` builds each batch (the target's forward) once for all three: every kind
+    ends exactly where its own run ended; runs at different places in the data are refused."""
+    from specdec_core.training.train import TrainConfig, open_training, train_steps
+
+    cache, runs = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    kinds = ("heads", "eagle", "block")
+    assert main(["train-draft", "--kind", ",".join(kinds), "--smoke", "--features", "online", "--out", str(tmp_path)]) == 0
+    for kind in kinds:
+        alone = torch.load(runs[kind] / "checkpoint.pt", weights_only=False)
+        joint = torch.load(tmp_path / kind / "checkpoint.pt", weights_only=False)
+        assert [e["loss"] for e in joint["log"]] == pytest.approx([e["loss"] for e in alone["log"]], abs=1e-5)
+        assert max(float((alone["module"][n] - joint["module"][n]).abs().max()) for n in alone["module"]) <= 1e-6
+        assert (tmp_path / kind / "weights" / "tiny" / f"{kind}.safetensors").is_file()
+    probe = [open_training(sd.load_model("tiny"), TrainConfig(kind="heads", model="tiny", steps=2, vocab=512, seed=seed),
+                           [], [], False, tmp_path / f"probe{seed}") for seed in (0, 1)]
+    with pytest.raises(SpecDecError, match="train them separately"):
+        train_steps(sd.load_model("tiny"), probe, [])
+
+
+def test_a_warm_start_goes_on_in_the_data_order_where_its_sittings_stopped(smoke_runs, monkeypatch, tmp_path):
+    from specdec_core.training import train as train_module
+
+    cache, runs = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    history = [{"data": "old", "response_tokens": 9, "batch_size": 8, "steps": 800},
+               {"data": "c", "response_tokens": 5, "batch_size": 8, "seed": 0, "steps": 40},
+               {"data": "c", "response_tokens": 5, "batch_size": 8, "steps": 60}]
+    assert train_module.steps_taken(history, "c", 5, 8, 0) == 100  # the newest sittings on this very data
+    assert train_module.steps_taken(history, "c", 6, 8, 0) == 0  # the corpus grew: a new data order
+    assert train_module.steps_taken(history, "c", 5, 16, 0) == 0
+    seen = []
+    real = train_module.batch_at
+    monkeypatch.setattr(train_module, "batch_at", lambda seqs, step, *a: seen.append(step) or real(seqs, step, *a))
+    weights = runs["heads"] / "weights"  # its one sitting: 6 steps on the smoke corpus
+    assert main(["train-draft", "--kind", "heads", "--smoke", "--init", str(weights), "--out", str(tmp_path / "warm")]) == 0
+    assert seen == list(range(6, 12))
+    card = json.loads((tmp_path / "warm" / "weights" / "tiny" / "manifest.json").read_text())["files"]["heads.safetensors"]["card"]
+    assert [h["data_offset"] for h in card["history"]] == [0, 6]
+
+
 def test_walked_tau_follows_the_loops_anchors():
     from specdec_core.training.objectives import walked_tau
 

@@ -1,6 +1,8 @@
 """The `make-data` command (argparse namespace in, a data run folder out)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .data import DataConfig, grow, open_corpus
 from .sources import MIX
 
@@ -63,45 +65,81 @@ def data_folder(args, lm) -> "Path":
     return corpus_dir(lm.name)
 
 
+def train_kinds(spec: str) -> tuple[str, ...]:
+    """--kind: one drafter kind, or several comma-separated (trained together on one stream of batches)."""
+    from ..errors import SpecDecError
+    from .kinds import KINDS
+
+    kinds = tuple(dict.fromkeys(k.strip() for k in spec.split(",") if k.strip()))
+    unknown = [k for k in kinds if k not in KINDS]
+    if not kinds or unknown:
+        raise SpecDecError(f"unknown drafter kind {(unknown or [spec])[0]!r}: choose from {', '.join(KINDS)} (comma-separated for several)")
+    return kinds
+
+
 def run_train_draft_command(args) -> None:
     from tqdm import tqdm
 
+    from ..drafters.weights import entry
     from ..models import load_model
     from .corpus import prefix, read_manifest
-    from .train import KINDS, TrainConfig, evaluate, export, load_data, open_training, train_steps, weights_root
+    from .train import (KINDS, TrainConfig, evaluate, export, init_root, load_data, open_training, steps_taken,
+                        train_steps, weights_root)
 
+    kinds = train_kinds(args.kind)
     model = "tiny" if args.smoke else args.model
     steps = args.steps if args.steps is not None else (6 if args.smoke else 1200)
-    config = TrainConfig(kind=args.kind, model=model, steps=steps, batch_size=args.batch_size, lr=args.lr,
-                         warmup=min(args.warmup, steps), depth=args.depth, intermediate=args.intermediate,
-                         vocab=args.vocab or (512 if args.smoke else 0), seed=args.seed,
-                         checkpoint_every=3 if args.smoke else args.checkpoint_every, init=str(args.init or ""))
-    config.validate()
+    configs = [TrainConfig(kind=kind, model=model, steps=steps, batch_size=args.batch_size, lr=args.lr if args.lr is not None else 1e-3,
+                           warmup=min(args.warmup, steps), depth=args.depth, intermediate=args.intermediate,
+                           vocab=args.vocab or (512 if args.smoke else 0), seed=args.seed,
+                           checkpoint_every=3 if args.smoke else args.checkpoint_every, init=str(args.init or ""))
+               for kind in kinds]
+    for config in configs:
+        config.validate()
     lm = load_model(model, args.device, "float32")
     folder = data_folder(args, lm)
     tokens = args.data_tokens or 0
-    shards = args.data_shards or len(prefix(read_manifest(folder), tokens))
-    config = TrainConfig(**{**config.__dict__, "data": str(folder), "data_shards": shards, "data_tokens": tokens})
+    manifest = read_manifest(folder)
+    shards = args.data_shards or len(prefix(manifest, tokens))
+    size = sum(e["response_tokens"] for e in manifest["shards"][:shards])
+
+    def placed(config: TrainConfig) -> TrainConfig:
+        """The data it trains on; a warm start also keeps its own learning rate (unless --lr) and goes on
+        in the data order where its earlier sittings on this very data stopped."""
+        config = replace(config, data=str(folder), data_shards=shards, data_tokens=tokens)
+        if not config.init:
+            return config
+        card = entry(lm.name, config.kind, init_root(config))["card"]
+        return replace(config, lr=card["train_config"]["lr"] if args.lr is None else args.lr, data_offset=steps_taken(
+            card.get("history", []), folder.name, size, config.batch_size, config.seed))
+
+    configs = [placed(c) for c in configs]
     with tqdm(desc=f"features ({args.features})", unit="seq") as bar:
-        train, heldout, manifest = load_data(lm, folder, args.kind, args.features, shards, tokens=tokens,
-                                             on_sequence=bar.update)
-    run = open_training(lm, config, train, heldout, args.resume, args.out)
-    print(f"{config.kind}: {len(train)} training sequences ({manifest['totals']['response_tokens']} response tokens, "
-          f"{shards} shards of {folder}), reduced vocabulary N = {len(run.vocab)}; run folder {run.folder}")
-    with tqdm(total=config.steps, initial=run.step, desc=f"train-draft {config.kind}", unit="step") as bar:
-        train_steps(lm, run, train, args.stop_after, bar)
-    if run.step < config.steps:
-        print(f"stopped at step {run.step} of {config.steps} (checkpointed): continue with --resume")
-        return
-    calibration = None
-    if KINDS[config.kind].calibrate is not None:
-        print("calibrating the confidence head on the held-out split ...")
-        calibration = KINDS[config.kind].calibrate(run.module, run.vocab, lm.model, heldout)
-    offline = evaluate(lm, config.kind, run.module, run.vocab, heldout)
-    path = export(lm, run, manifest, offline, weights_root(lm, run), calibration)
-    g = offline["greedy"]
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB); held-out greedy survival "
-          + " ".join(f"{s:.2f}" for s in g["survival"]) + "; tau(k), walked: " + " ".join(f"{t:.2f}" for t in g["tau_walked"].values()))
+        train, heldout, manifest = load_data(lm, folder, kinds, args.features, shards, tokens=tokens, on_sequence=bar.update)
+    if len(kinds) > 1:  # evaluated and calibrated once per kind: compute the held-out states once
+        heldout = [replace(s, hidden=s.features()) for s in heldout]
+    runs = [open_training(lm, c, train, heldout, args.resume, args.out / c.kind if args.out and len(kinds) > 1 else args.out)
+            for c in configs]
+    for run in runs:
+        print(f"{run.config.kind}: {len(train)} training sequences ({manifest['totals']['response_tokens']} response tokens, "
+              f"{shards} shards of {folder}; batches from {run.config.data_offset + run.step}), reduced vocabulary "
+              f"N = {len(run.vocab)}; run folder {run.folder}")
+    with tqdm(total=sum(r.config.steps for r in runs), initial=sum(r.step for r in runs),
+              desc=f"train-draft {','.join(kinds)}", unit="step") as bar:
+        train_steps(lm, runs, train, args.stop_after, bar)
+    for run in runs:
+        if run.step < run.config.steps:
+            print(f"{run.config.kind}: stopped at step {run.step} of {run.config.steps} (checkpointed): continue with --resume")
+            continue
+        calibration = None
+        if KINDS[run.config.kind].calibrate is not None:
+            print(f"{run.config.kind}: calibrating the confidence head on the held-out split ...")
+            calibration = KINDS[run.config.kind].calibrate(run.module, run.vocab, lm.model, heldout)
+        offline = evaluate(lm, run.config.kind, run.module, run.vocab, heldout)
+        path = export(lm, run, manifest, offline, weights_root(lm, run), calibration)
+        g = offline["greedy"]
+        print(f"{run.config.kind}: wrote {path} ({path.stat().st_size / 1e6:.2f} MB); held-out greedy survival "
+              + " ".join(f"{s:.2f}" for s in g["survival"]) + "; tau(k), walked: " + " ".join(f"{t:.2f}" for t in g["tau_walked"].values()))
 
 
 def run_eval_draft_command(args) -> None:

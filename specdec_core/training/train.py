@@ -25,7 +25,7 @@ from ..drafters import ReducedVocab
 from ..drafters.weights import WEIGHTS_DIR, entry, load_module, save_state, seeded_vocab
 from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
-from .batches import Sequence, batch_at, load_splits, make_batch
+from .batches import Batch, Sequence, batch_at, load_splits, make_batch
 from .corpus import load_corpus
 from .kinds import KINDS, layers_needed
 from .objectives import acceptance, survival_summary, walked_survival, walked_tau
@@ -50,6 +50,9 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 100
     init: str = ""  # warm start: "" from scratch, "shipped" from the repository's weights, or a weights folder
+    # Batches of this data the warm start already took in earlier sittings (`steps_taken`): the data order
+    # continues there, so passes add up across sittings instead of replaying the first batches each time.
+    data_offset: int = 0
 
     def validate(self) -> None:
         if self.kind not in KINDS:
@@ -57,6 +60,8 @@ class TrainConfig:
         for name in ("steps", "batch_size", "depth", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise SpecDecError(f"{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if self.data_offset < 0:
+            raise SpecDecError(f"data-offset must be >= 0 (got {self.data_offset})")
         if not 0 < self.lr < 1:
             raise SpecDecError(f"lr must be in (0, 1) (got {self.lr})")
         if self.depth > 16:
@@ -177,36 +182,76 @@ def save_checkpoint(run: TrainRun) -> None:
     os.replace(partial, run.folder / "checkpoint.pt")
 
 
-def train_steps(lm: LoadedModel, run: TrainRun, train: list[Sequence], stop_after: int | None = None, bar=None) -> None:
-    """Train from run.step to config.steps (or `stop_after` steps of this sitting), checkpointing."""
-    config = run.config
+def steps_taken(history: list[dict], data: str, response_tokens: int, batch_size: int, seed: int) -> int:
+    """Batches the latest sittings of `history` took over this very data (same corpus folder and size,
+    batch size and seed, counted back from the newest): where the next sitting's data order goes on."""
+    taken = 0
+    for sitting in reversed(history):
+        if (sitting.get("data"), sitting.get("response_tokens"), sitting.get("batch_size"), sitting.get("seed", 0)) \
+                != (data, response_tokens, batch_size, seed):
+            break
+        taken += sitting.get("steps") or 0
+    return taken
+
+
+def _data_step(run: TrainRun) -> int:
+    return run.config.data_offset + run.step
+
+
+def train_steps(lm: LoadedModel, runs: TrainRun | list[TrainRun], train: list[Sequence], stop_after: int | None = None,
+                bar=None) -> None:
+    """Train each run from run.step to its config.steps (or `stop_after` steps of this sitting), checkpointing.
+
+    Several runs (drafter kinds) train together on one stream of batches: a batch is built once — with
+    online features that is the target's forward, ~80 % of a step — and every run takes its step on it.
+    They must stand at the same place in the same data order (batch size, seed, data_offset + step)."""
+    runs = [runs] if isinstance(runs, TrainRun) else list(runs)
+    order = {(r.config.batch_size, r.config.seed, _data_step(r)) for r in runs}
+    if len(order) > 1:
+        raise SpecDecError("runs trained together must share batch size, seed and place in the data "
+                           f"(batch size, seed, batch index: {sorted(order)}): train them separately")
     final = lm.model.config.num_hidden_layers
-    run.module.train()
-    end = config.steps if stop_after is None else min(config.steps, run.step + stop_after)
-    while run.step < end:
+    ends = {id(r): r.config.steps if stop_after is None else min(r.config.steps, r.step + stop_after) for r in runs}
+    for run in runs:
+        run.module.train()
+    while True:
+        live = [r for r in runs if r.step < ends[id(r)]]
+        if not live:
+            break
         start = time.perf_counter()
-        batch = batch_at(train, run.step, config.batch_size, config.seed).to(lm.device)
-        for group in run.optimizer.param_groups:
-            group["lr"] = learning_rate(config, run.step)
-        # Any randomness of the loss (the block drafter's anchors) is a function of (seed, step) too.
-        generator = torch.Generator().manual_seed(config.seed * 1_000_003 + run.step)
-        loss, agreement = KINDS[config.kind].training_loss(run.module, run.vocab, lm.model, batch,
-                                                           KINDS[config.kind].train_depth(config.depth), final, generator)
-        run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(run.module.parameters(), 1.0)
-        run.optimizer.step()
-        run.step += 1
-        loss = float(loss.detach())
-        run.wall_s += time.perf_counter() - start
-        run.log.append({"step": run.step, "loss": round(loss, 5), "top1": [round(a, 4) for a in agreement],
-                        "rows": int(batch.rows.sum())})
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", top1="/".join(f"{a:.2f}" for a in agreement[:4]), refresh=False)
-        if run.step % config.checkpoint_every == 0 or run.step == end:
-            save_checkpoint(run)
-    run.module.eval()
+        first = live[0].config
+        batch = batch_at(train, _data_step(live[0]), first.batch_size, first.seed).to(lm.device)
+        shared = (time.perf_counter() - start) / len(live)  # the batch's cost, split between the runs that use it
+        for run in live:
+            start = time.perf_counter()
+            loss, agreement = _step(lm, run, batch, final)
+            run.wall_s += shared + time.perf_counter() - start
+            run.log.append({"step": run.step, "loss": round(loss, 5), "top1": [round(a, 4) for a in agreement],
+                            "rows": int(batch.rows.sum())})
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", top1="/".join(f"{a:.2f}" for a in agreement[:4]), refresh=False)
+            if run.step % run.config.checkpoint_every == 0 or run.step == ends[id(run)]:
+                save_checkpoint(run)
+    for run in runs:
+        run.module.eval()
+
+
+def _step(lm: LoadedModel, run: TrainRun, batch: Batch, final: int) -> tuple[float, list[float]]:
+    """One optimizer step of `run` on `batch`: (loss, per-position top-1 agreement)."""
+    config = run.config
+    for group in run.optimizer.param_groups:
+        group["lr"] = learning_rate(config, run.step)
+    # Any randomness of the loss (the block drafter's anchors) is a function of (seed, step) too.
+    generator = torch.Generator().manual_seed(config.seed * 1_000_003 + run.step)
+    loss, agreement = KINDS[config.kind].training_loss(run.module, run.vocab, lm.model, batch,
+                                                       KINDS[config.kind].train_depth(config.depth), final, generator)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.module.parameters(), 1.0)
+    run.optimizer.step()
+    run.step += 1
+    return float(loss.detach()), agreement
 
 
 @torch.no_grad()
@@ -243,7 +288,8 @@ def export(lm: LoadedModel, run: TrainRun, data_manifest: dict, offline: dict, r
     shards = data_manifest.get("shards", [])
     tokens_seen = sum(entry.get("rows", 0) for entry in run.log)
     sitting = {"steps": run.step, "tokens_seen": tokens_seen, "wall_s": round(run.wall_s, 1),
-               "batch_size": run.config.batch_size, "data": Path(run.config.data).name,
+               "batch_size": run.config.batch_size, "seed": run.config.seed, "data_offset": run.config.data_offset,
+               "data": Path(run.config.data).name,
                "response_tokens": totals.get("response_tokens"), "init": run.config.init or "scratch",
                "hardware": f"{platform.machine()} {os.cpu_count()} CPU threads, torch {torch.__version__}, "
                            f"{torch.get_num_threads()} torch threads", "date": time.strftime("%Y-%m-%d")}
@@ -322,18 +368,21 @@ def weights_root(lm: LoadedModel, run: TrainRun) -> Path | None:
     return None if lm.name != "tiny" else run.folder / "weights"
 
 
-def load_data(lm: LoadedModel, folder: Path, kind: str, features: str = "cache", shards: int = 0,
+def load_data(lm: LoadedModel, folder: Path, kinds: str | tuple[str, ...], features: str = "cache", shards: int = 0,
               sources: tuple[str, ...] | None = None, tokens: int = 0,
               on_sequence=lambda n: None) -> tuple[list[Sequence], list[Sequence], dict]:
     """The corpus of `folder` (`corpus.load_corpus`: its first `shards`, only `sources`, up to `tokens`),
-    verified, split into train and held-out sequences with the states the kind trains on (`features`:
-    "cache" or "online", features.py); the manifest returned lists the shards read."""
+    verified, split into train and held-out sequences with the states the kind(s) train on (`features`:
+    "cache" or "online", features.py; several kinds get the union of their layers from one forward);
+    the manifest returned lists the shards read."""
     corpus = load_corpus(folder, shards, tokens, sources)
     if corpus.manifest["model"]["name"] != lm.name:
         raise SpecDecError(f"{folder} holds a corpus of {corpus.manifest['model']['name']}, not {lm.name}")
-    train, heldout = load_splits(lm, corpus, layers_needed(kind, lm), features, on_sequence)
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    layers = tuple(sorted({layer for kind in kinds for layer in layers_needed(kind, lm)}))
+    train, heldout = load_splits(lm, corpus, layers, features, on_sequence)
     return train, heldout, corpus.manifest
 
 
 __all__ = ["KINDS", "TrainConfig", "layers_needed", "TrainRun", "WEIGHTS_DIR", "evaluate", "export", "load_data", "open_training",
-           "train_steps", "weights_root"]
+           "steps_taken", "train_steps", "weights_root"]
