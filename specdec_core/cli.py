@@ -209,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--model", default="smollm2-135m")
     tc.add_argument("--device", default="auto")
     tc.add_argument("--out", type=Path, required=True, help="the curve's JSON (points already in it are kept)")
+    tc.add_argument("--ship", help="points whose weights to write beside the JSON (OUT without .json/POINT/), "
+                                   "comma-separated names such as all-100000,templates-100000")
 
     ed = sub.add_parser("eval-draft", help="offline per-position acceptance of a trained drafter on held-out data")
     ed.add_argument("--kind", required=True, help="the trained drafter to evaluate: draft, heads, eagle, block or block-parallel")

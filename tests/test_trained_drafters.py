@@ -532,7 +532,9 @@ def test_bench_runs_hf_assisted_with_the_draft_lm_and_records_it(capsys, tmp_pat
 def test_train_curve_trains_each_point_once_and_keeps_the_points_it_has(smoke_runs, monkeypatch, tmp_path, capsys):
     """`train-curve` on tiny: prefixes of the corpus and a templates-only point, scored on the answers to
     real prompts; a second run with more sizes trains only the new point."""
+    from specdec_core.suite import PromptCase
     from specdec_core.training.corpus import load_corpus
+    from specdec_core.training.curve import answers, score
 
     cache, _ = smoke_runs
     monkeypatch.setenv("SPECDEC_CACHE", str(cache))
@@ -554,6 +556,18 @@ def test_train_curve_trains_each_point_once_and_keeps_the_points_it_has(smoke_ru
     second = json.loads(out.read_text())
     assert sorted(second["points"]) == ["all-120", "all-40", "all-80", "templates-40"]
     assert all(second["points"][name] == first["points"][name] for name in first["points"])  # kept, not retrained
+    # a finished point's weights, shipped beside the JSON from its checkpoint: they load and score as the curve did
+    assert main([*argv, "--sizes", "40,80,120", "--ship", "templates-40"]) == 0
+    module = weights_module.load_module("tiny", "heads", MedusaHeads, tmp_path / "curve" / "templates-40")
+    assert json.loads(out.read_text()) == second
+    tiny = sd.load_model("tiny")
+    cases = [PromptCase("a", "chat", ["Say something about rivers."])]
+    rescored = score(tiny, "heads", module.float(), ReducedVocab(module.vocab_ids, tiny.model.lm_head.weight),
+                     answers(tiny, "heads", cases, 8), 4)
+    assert rescored["chat"]["s1"] == pytest.approx(second["points"]["templates-40"]["categories"]["chat"]["s1"], abs=1e-6)
+    capsys.readouterr()
+    assert main([*argv, "--sizes", "40", "--ship", "all-999"]) == 2
+    assert "not a point of this run" in capsys.readouterr().err
     capsys.readouterr()
     assert main([*argv, "--sizes", "40", "--steps", "4"]) == 2
     assert "other settings" in capsys.readouterr().err

@@ -261,7 +261,8 @@ def run_train_curve_command(args) -> None:
     lm = load_model(args.model, args.device, "float32")
     folder = data_folder(args, lm)
     with tqdm(total=args.steps * len(points), desc=f"train-curve {args.kind}", unit="step") as bar:
-        result = run_curve(lm, folder, args.out, points, config, cases, args.k, args.max_new_tokens, bar)
+        result = run_curve(lm, folder, args.out, points, config, cases, args.k, args.max_new_tokens, bar,
+                           tuple(n.strip() for n in (args.ship or "").split(",") if n.strip()))
     for name, point in result["points"].items():
         print(f"  {name:<18} {point['response_tokens']:>8} tokens  " + "  ".join(
             f"{c} s1 {row['s1']:.3f} tau {row['tau']:.2f}" for c, row in point["categories"].items()))

@@ -7,7 +7,8 @@ scored the way `eval-draft --prompts` scores a drafter: teacher-forced on the ta
 answers to the suite's chat, qa and story prompts, walked the way the decode loop walks (BENCHMARKS
 §10 showed that this number and the loop's agree within 0.01). The answers are decoded once and
 shared by every point. Points are written to the JSON as they finish, and a rerun skips those done,
-so the curve grows across sittings like the corpus does.
+so the curve grows across sittings like the corpus does. `--ship` writes chosen points' weights beside
+the JSON (`<out stem>/<point>/`), so a lesson can load two points and measure them again.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from .batches import decoded_sequence
 from .corpus import read_manifest
 from .kinds import layers_needed
 from .on_prompts import answer, coverage
-from .train import TrainConfig, evaluate, load_data, open_training, train_steps
+from .train import TrainConfig, TrainRun, evaluate, export, load_data, open_training, train_steps
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,38 @@ def score(lm: LoadedModel, kind: str, module, vocab: ReducedVocab, scored: dict[
     return rows
 
 
+def points_folder(out: Path) -> Path:
+    """Where shipped points' weights live: beside the curve's JSON, <out stem>/<point name>/<model>/<kind>."""
+    return out.with_suffix("")
+
+
+def _point_run(lm: LoadedModel, folder: Path, point: Point, config: TrainConfig) -> tuple[TrainRun, list, list, dict]:
+    """A point's training run (resumed from its checkpoint when this machine has one) and its data."""
+    train, heldout, used = load_data(lm, folder, config.kind, sources=None if point.sources == "all" else (point.sources,),
+                                     tokens=point.tokens)
+    run_config = TrainConfig(**{**asdict(config), "data": str(folder), "data_shards": len(used["shards"]),
+                                "data_tokens": point.tokens, "data_sources": "" if point.sources == "all" else point.sources})
+    return open_training(lm, run_config, train, heldout, resume=True), train, heldout, used  # its own folder: resumable
+
+
+def ship(lm: LoadedModel, run: TrainRun, heldout: list, used: dict, out: Path, name: str) -> Path:
+    """Export a finished point's weights and card under points_folder(out)/name."""
+    return export(lm, run, used, evaluate(lm, run.config.kind, run.module, run.vocab, heldout), points_folder(out) / name)
+
+
 def run_curve(lm: LoadedModel, folder: Path, out: Path, points: list[Point], config: TrainConfig, cases: list[PromptCase],
-              k: int, max_new_tokens: int, bar=None) -> dict:
-    """Train and score every point not yet in `out` (JSON, rewritten after each point)."""
+              k: int, max_new_tokens: int, bar=None, shipped: tuple[str, ...] = ()) -> dict:
+    """Train and score every point not yet in `out` (JSON, rewritten after each point); write the weights
+    of the points named in `shipped` (a finished point is re-opened from its checkpoint on this machine)."""
     manifest = read_manifest(folder)
     available = manifest["totals"]["response_tokens"]
     too_big = [p for p in points if p.tokens > available]
     if too_big:
         raise SpecDecError(f"the corpus holds {available} response tokens, fewer than the point {too_big[0].name} needs: "
                            "grow it with make-data --resume")
+    unknown = sorted(set(shipped) - {p.name for p in points})
+    if unknown:
+        raise SpecDecError(f"--ship names {unknown[0]!r}, not a point of this run ({', '.join(p.name for p in points)})")
     result = json.loads(out.read_text()) if out.exists() else {}
     setting = {"kind": config.kind, "steps": config.steps, "batch_size": config.batch_size, "lr": config.lr, "vocab": config.vocab,
                "k": k, "max_new_tokens": max_new_tokens, "prompts": sorted({c.id for c in cases})}
@@ -78,20 +102,22 @@ def run_curve(lm: LoadedModel, folder: Path, out: Path, points: list[Point], con
         raise SpecDecError(f"{out} holds a curve with other settings ({result.get('setting')}): write elsewhere (--out)")
     result = {"setting": setting, "corpus": folder.name, "points": result.get("points", {})}
     todo = [p for p in points if p.name not in result["points"]]
-    if not todo:
-        return result
-    scored = answers(lm, config.kind, cases, max_new_tokens)
+    scored = answers(lm, config.kind, cases, max_new_tokens) if todo else {}
     for point in todo:
         start = time.perf_counter()
-        train, heldout, used = load_data(lm, folder, config.kind, sources=None if point.sources == "all" else (point.sources,),
-                                         tokens=point.tokens)
-        run_config = TrainConfig(**{**asdict(config), "data": str(folder), "data_shards": len(used["shards"]),
-                                    "data_tokens": point.tokens, "data_sources": "" if point.sources == "all" else point.sources})
-        run = open_training(lm, run_config, train, heldout, resume=True)  # its own folder: resumable
+        run, train, heldout, used = _point_run(lm, folder, point, config)
         train_steps(lm, run, train, bar=bar)
         result["points"][point.name] = {
             **asdict(point), "sequences": len(train), "response_tokens": sum(s.rows - 1 for s in train),
             "categories": score(lm, config.kind, run.module, run.vocab, scored, k),
             "wall_s": round(time.perf_counter() - start, 1)}
         out.write_text(json.dumps(result, indent=1) + "\n")
+        if point.name in shipped:
+            ship(lm, run, heldout, used, out, point.name)
+    for point in (p for p in points if p.name in shipped and p not in todo):
+        run, _, heldout, used = _point_run(lm, folder, point, config)
+        if run.step < config.steps:
+            raise SpecDecError(f"the run of point {point.name} is not on this machine (or unfinished): "
+                               f"retrain it with the same settings into another --out, then ship it")
+        ship(lm, run, heldout, used, out, point.name)
     return result
