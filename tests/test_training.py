@@ -198,10 +198,10 @@ def test_tiny_never_writes_into_the_repository(capsys):
     assert code == 2 and "inside the repository" in err and not (ROOT / "data" / "tiny-test").exists()
 
 
-def test_the_feature_cache_covers_whole_shards_whatever_part_a_run_reads(corpus_a, tiny, monkeypatch, tmp_path):
-    """A run that reads part of a shard (one source, cut at a token count) still caches the whole shard,
-    so a later run of the whole corpus reads every sequence's own states (a cache of the part alone
-    would hand the next run rows of other sequences)."""
+def test_the_feature_cache_keys_a_part_of_a_shard_apart_and_serves_any_part_from_a_whole_shard(corpus_a, tiny, monkeypatch, tmp_path):
+    """A run that reads part of a shard (one source, cut at a token count) computes only that part, under
+    a key of its own — never under the whole shard's key, which would hand a later run of the whole
+    corpus rows of other sequences; a whole-shard file then serves the part without a forward."""
     import torch
 
     from specdec_core.target import Target
@@ -212,7 +212,12 @@ def test_the_feature_cache_covers_whole_shards_whatever_part_a_run_reads(corpus_
     whole = load_corpus(corpus_a)
     assert 0 < len(part.sequences) < len(whole.sequences) and {s.item.source for s in part.sequences} == {"templates"}
     target = Target(tiny)
-    for corpus in (part, whole):  # the part first: it writes the cache files
-        for stored, states in zip(corpus.sequences, features.cached(tiny, corpus, (1, 2))):
-            fresh = features.capture(target, stored.ids, stored.prompt_len, (1, 2))
+    real, forwards = features.capture, []
+    monkeypatch.setattr(features, "capture", lambda *a: forwards.append(1) or real(*a))
+    for corpus, expected in ((part, len(part.sequences)), (whole, len(whole.sequences)), (part, 0)):
+        forwards.clear()
+        got = features.cached(tiny, corpus, (1, 2))
+        assert len(forwards) == expected
+        for stored, states in zip(corpus.sequences, got):
+            fresh = real(target, stored.ids, stored.prompt_len, (1, 2))
             assert all(torch.equal(states[layer], fresh[layer]) for layer in (1, 2))
