@@ -67,8 +67,16 @@ class TrainConfig:
         if self.depth > 16:
             raise SpecDecError(f"depth must be <= 16 (got {self.depth})")
 
+    def settings(self) -> dict:
+        """The settings that name a run; data_offset only where set, so runs begun before it existed
+        keep their folders and checkpoints."""
+        out = asdict(self)
+        if not out["data_offset"]:
+            del out["data_offset"]
+        return out
+
     def run_key(self) -> str:
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        digest = hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.kind}-{digest}"
 
 
@@ -139,7 +147,7 @@ def open_training(lm: LoadedModel, config: TrainConfig, train: list[Sequence], h
     optimizer_state, history = None, []
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False, map_location=lm.device)
-        if state["config"] != asdict(config):
+        if state["config"] != config.settings():
             raise SpecDecError(f"{checkpoint} was written with other settings: resume it with its own")
         module = build_module(config, lm, state["vocab_ids"]) if not config.init else warm_start(config, lm)[0]
         module.load_state_dict(state["module"])
@@ -176,7 +184,7 @@ def sitting_of(card: dict) -> dict:
 def save_checkpoint(run: TrainRun) -> None:
     run.folder.mkdir(parents=True, exist_ok=True)
     partial = run.folder / "checkpoint.pt.partial"
-    torch.save({"config": asdict(run.config), "module": run.module.state_dict(), "optimizer": run.optimizer.state_dict(),
+    torch.save({"config": run.config.settings(), "module": run.module.state_dict(), "optimizer": run.optimizer.state_dict(),
                 "step": run.step, "log": run.log, "wall_s": run.wall_s, "vocab_ids": run.module.vocab_ids.clone(),
                 "vocab_report": run.vocab_report, "history": run.history}, partial)
     os.replace(partial, run.folder / "checkpoint.pt")
