@@ -194,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     tc = sub.add_parser("train-curve", help="the scaling curve: a drafter trained at several data sizes (and on the "
                                             "templates alone), scored on the target's answers to real prompts")
     tc.add_argument("--kind", default="heads", help="the drafter kind (default heads: the cheapest)")
-    tc.add_argument("--sizes", default="25000,50000,100000,200000", help="response tokens per point, comma-separated")
+    tc.add_argument("--sizes", default="25000,50000,100000,200000", help="response tokens per point, comma-separated "
+                                                                      "(empty with --templates-size: that point alone)")
     tc.add_argument("--templates-size", type=int, help="one point on the templates alone, this many tokens (default: the smallest size)")
     tc.add_argument("--steps", type=int, default=600, help="steps per point, the same for every point (default 600)")
     tc.add_argument("--batch-size", type=int, default=8)

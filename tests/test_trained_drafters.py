@@ -377,6 +377,8 @@ def test_eval_draft_prompts_cli_on_tiny(tmp_path, capsys):
     (["train-draft", "--kind", "heads", "--smoke", "--steps", "0"], "steps must be >= 1"),
     (["train-draft", "--kind", "eagle", "--smoke", "--lr", "2"], "lr must be in (0, 1)"),
     (["train-draft", "--kind", "heads", "--data", "/nonexistent/run"], "no corpus at /nonexistent/run"),
+    (["train-draft", "--kind", "heads,medusa", "--smoke"], "unknown drafter kind 'medusa'"),
+    (["train-curve", "--model", "tiny", "--sizes", "", "--out", "x.json"], "--sizes may be empty only with --templates-size"),
 ])
 def test_bad_training_arguments_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == 2
@@ -556,6 +558,8 @@ def test_train_curve_trains_each_point_once_and_keeps_the_points_it_has(smoke_ru
     second = json.loads(out.read_text())
     assert sorted(second["points"]) == ["all-120", "all-40", "all-80", "templates-40"]
     assert all(second["points"][name] == first["points"][name] for name in first["points"])  # kept, not retrained
+    assert main([*argv, "--sizes", "", "--templates-size", "40"]) == 0  # that point alone: already there, kept
+    assert json.loads(out.read_text()) == second
     # a finished point's weights, shipped beside the JSON from its checkpoint: they load and score as the curve did
     assert main([*argv, "--sizes", "40,80,120", "--ship", "templates-40"]) == 0
     module = weights_module.load_module("tiny", "heads", MedusaHeads, tmp_path / "curve" / "templates-40")

@@ -249,8 +249,8 @@ def run_train_curve_command(args) -> None:
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     except ValueError:
         raise SpecDecError(f"sizes must be comma-separated integers (got {args.sizes!r})")
-    if not sizes or min(sizes) < 1:
-        raise SpecDecError(f"sizes must be >= 1 (got {args.sizes!r})")
+    if (not sizes and not args.templates_size) or min(sizes, default=1) < 1 or (args.templates_size or 1) < 1:
+        raise SpecDecError(f"sizes must be >= 1, and --sizes may be empty only with --templates-size (got {args.sizes!r})")
     points = [Point(n, "all") for n in sizes] + [Point(args.templates_size or min(sizes), "templates")]
     config = TrainConfig(kind=args.kind, model=args.model, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                          warmup=min(50, args.steps), vocab=512 if args.model == "tiny" else args.vocab,
