@@ -431,41 +431,6 @@ def _tree_gain(lm: LoadedModel, k: int = 4, nodes: int = 16) -> tuple[float, dic
     return runs["dynamic"]["tau"] / runs["chain"]["tau"], {**details, "k": k, "nodes": nodes, "prompts": len(prompts)}
 
 
-# The two points of the scaling curve whose weights ship (`train-curve --ship`): heads trained alike, on
-# 100k response tokens of the templates alone and of all five sources.
-CURVE_POINTS = Path(__file__).resolve().parents[2] / "benchmarks" / "scaling-curve-cpu"
-MIX_POINTS = {"templates": "templates-100000", "mixed": "all-100000"}
-
-
-def _curve_mix_gain(lm: LoadedModel, k: int = 4, new_tokens: int = 64) -> tuple[float, dict]:
-    """The two shipped points of the scaling curve measured again, as train-curve scored them: walked
-    first-draft acceptance s_1 (and tau(k)) along the target's own greedy answers (64 tokens) to the
-    suite's 6 chat, 6 qa and 6 story prompts, per category and pooled over every anchor. Teacher-forced,
-    no timing: the same on every run. Value: pooled s_1 of the mixed point over the templates point's."""
-    from ..drafters import MedusaHeads, module_vocab
-    from ..drafters.weights import load_module
-    from ..target import Target
-    from ..training.batches import decoded_sequence
-    from ..training.kinds import layers_needed
-    from ..training.train import evaluate
-
-    target, answers = Target(lm), {}
-    for category in ("chat", "qa", "story"):
-        for prompt in suite_prompts(category, 6):
-            result = generate(lm, prompt, GenerationConfig(mode="ar", max_new_tokens=new_tokens))
-            answers.setdefault(category, []).append(
-                decoded_sequence(target, result.trace.prompt_ids, result.token_ids, layers_needed("heads", lm)))
-    details: dict = {"k": k, "new_tokens": new_tokens, "prompts": sum(len(a) for a in answers.values())}
-    for name, point in MIX_POINTS.items():
-        module = load_module(lm.name, "heads", MedusaHeads, CURVE_POINTS / point).float()
-        vocab = module_vocab(module, lm.model.lm_head.weight)
-        scores = {c: evaluate(lm, "heads", module, vocab, seqs, k=k)["all"] for c, seqs in [*answers.items(),
-                  ("all", [s for seqs in answers.values() for s in seqs])]}
-        details[name] = {"point": point, **{c: {"anchors": r["anchors"], "s1": r["walked_survival"][k][0],
-                                                "tau": r["tau_walked"][k]} for c, r in scores.items()}}
-    return details["mixed"]["all"]["s1"] / details["templates"]["all"]["s1"], details
-
-
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sim_tau_a07_k4", {"zh": "模拟草稿（命中率 0.7，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.7, k=4)"},
                "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4), reads=SUITE),
@@ -537,9 +502,6 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("heads_tree_gain_16", {"zh": "训练过的 heads 草稿器用 16 个节点的动态树时的 τ，相对它 k=4 草稿链的 τ 之比（贪心，两条闲聊、两条问答和一个故事提示）",
                                       "en": "τ of the trained heads with a 16-node dynamic tree over τ of their chain of k=4 (greedy, two chat, two QA prompts and a story)"},
                "x", _tree_gain, weights=True, reads=(*SUITE, tree_table_path("smollm2-135m", "heads"))),
-    Experiment("curve_mix_gain_s1", {"zh": "数据规模相同（10 万个回答 token）、训练步数相同时，用五种来源混合数据训练的 heads 与只用模板训练的 heads 在测试集提示（闲聊、问答、故事）上的第 1 位接受率 s_1 之比（离线，沿目标模型的贪心回答）",
-                                     "en": "First-draft acceptance s_1 of heads trained on 100k response tokens from all five sources over s_1 of heads trained alike on the templates alone, on suite prompts (chat, QA, story; offline, along the target's greedy answers)"},
-               "x", _curve_mix_gain, reads=(*SUITE, *(CURVE_POINTS / point / "smollm2-135m" / "manifest.json" for point in MIX_POINTS.values()))),
 ]}
 
 

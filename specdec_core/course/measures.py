@@ -71,8 +71,6 @@ SOURCES: dict[str, Source] = {
     "quant": Source("benchmarks/quant-kernels-cpu.json", "§9b", date="2026-12-03"),
     "quant-suite": Source("benchmarks/quant-suite-repeats-cpu.json", "§9e"),  # medians of 3 repeats
     "quant-suite-once": Source("benchmarks/quant-suite-cpu.json", "§9c"),  # one run each; the only one with the int8 draft
-    "gap": Source("benchmarks/acceptance-gap-cpu.json", "§10", offline=True),  # offline vs the loop, on suite prompts
-    "curve": Source("benchmarks/scaling-curve-cpu.json", "§14", offline=True),  # train-curve: s_1 against data
 }
 
 
@@ -199,13 +197,6 @@ def _family() -> dict[str, Measure]:
     eagle_card = ("files", "eagle.safetensors", "card", "offline_heldout", "greedy")  # the model card, held out
     m["cards.eagle.s1"] = Measure("cards", (*eagle_card, "survival", 0))
     m["cards.eagle.a4"] = Measure("cards", (*eagle_card, "conditional", 3))
-    chat = ("kinds", "eagle", "categories", "chat")  # §10: eagle on the suite's chat answers, offline and in the loop
-    m["gap.eagle.chat.offline"] = Measure("gap", (*chat, "offline", "walked_survival", 0), "{:.3f}")
-    m["gap.eagle.chat.loop"] = Measure("gap", (*chat, "loop", "survival", 0), "{:.3f}")
-    m["gap.heads.qa.coverage"] = Measure("gap", ("kinds", "heads", "categories", "qa", "vocab_coverage"), "{:.0f} %", scale=100)
-    for name, point in (("templates", "templates-100000"), ("mixed", "all-100000")):  # §14: s_1 over chat, qa, story
-        m[f"curve.{name}.s1"] = Measure("curve", ("points", point, "categories"), "{:.3f}", derive=lambda d, point=point: (
-            sum(row["s1"] for row in d["points"][point]["categories"].values()) / len(d["points"][point]["categories"])))
     for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
         m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
                                            "{:.1f} %", scale=100)
