@@ -60,11 +60,11 @@ def budgets() -> tuple[int, int, int]:
 
 
 def over_budget(sizes: dict[str, int], tree_budget: int, weights_budget: int, data_budget: int) -> list[str]:
-    """What exceeds its budget: the tracked tree, the drafter weights shipped in specdec_core/weights/,
-    and the training corpus committed in data/."""
+    """What exceeds its budget: the tracked tree, the weights it ships (every tracked .safetensors, not
+    only the drafters in specdec_core/weights/: a curve point's weights beside its JSON count too), and
+    the training corpus committed in data/."""
     tree = sum(sizes.values())
-    weights = sum(size for path, size in sizes.items()
-                  if path.startswith("specdec_core/weights/") and path.endswith(".safetensors"))
+    weights = sum(size for path, size in sizes.items() if path.endswith(".safetensors"))
     data = sum(size for path, size in sizes.items() if path.startswith("data/"))
     problems = []
     if tree > tree_budget:
@@ -97,3 +97,7 @@ def test_the_budget_check_fails_on_an_oversized_tree_and_oversized_weights():
     assert len(over_budget(sizes, tree_budget, weights_budget, data_budget)) == 2
     sizes["benchmarks/big.json"] = tree_budget
     assert len(over_budget(sizes, tree_budget, weights_budget, data_budget)) == 3
+    # weights outside specdec_core/weights/ count as well: two points of 1 byte over half the budget
+    points = {f"benchmarks/curve/{p}/heads.safetensors": weights_budget // 2 + 1 for p in ("a", "b")}
+    assert over_budget({"README.md": 1000, **points}, tree_budget, weights_budget, data_budget) == [
+        f"drafter weights {(weights_budget + 2) / 1e6:.1f} MB > {weights_budget / 1e6:.0f} MB"]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from specdec_core import quiz
+from specdec_core.course import measures
 from specdec_core.course.quiz import (
     LESSON_STEMS,
     QUIZ_DIR,
@@ -307,6 +308,9 @@ MALFORMED = {
     "negative-tolerance": _break(lambda q: q["answer"].update(tolerance=-0.1), _good_numeric),
     "string-answer": _break(lambda q: q["answer"].update(value="2.77"), _good_numeric),
     "bad-experiment-name": _break(lambda q: q.update(experiment="Sim Tau"), _good_numeric),
+    "value-and-measure": _break(lambda q: q["answer"].update(measure="curve.mix_gain"), _good_numeric),
+    "neither-value-nor-measure": _break(lambda q: q["answer"].pop("value"), _good_numeric),
+    "bad-measure-name": _break(lambda q: q.update(answer={"measure": "mix gain", "tolerance": 0.1}), _good_numeric),
 }
 
 
@@ -339,6 +343,19 @@ def test_load_bank_from_other_dir(tmp_path: Path) -> None:
     qs = load_bank(_write_bank(tmp_path, {"a.yaml": [_good_single(), _good_numeric() | {"id": "q06-other"}]}))
     assert [q.id for q in qs] == ["q06-example", "q06-other"]
     assert qs[1].answer == Answer(2.77, 0.25) and qs[1].experiment == "sim_tau_a07_k4"
+
+
+def test_answer_keyed_to_a_measure_reads_it(tmp_path: Path) -> None:
+    """A key named by a measure is the measured number (4 significant digits): it follows the file."""
+    keyed = _good_numeric() | {"id": "q13-keyed", "lesson": "13-training-a-drafter",
+                               "answer": {"measure": "curve.mix_gain", "tolerance": 0.15}}
+    keyed.pop("experiment")
+    (q,) = load_bank(_write_bank(tmp_path, {"a.yaml": [keyed]}))
+    assert q.answer == Answer(float(f"{measures.value('curve.mix_gain'):.4g}"), 0.15, measure="curve.mix_gain")
+    assert grade(q, q.answer.value + 0.14).correct and not grade(q, q.answer.value + 0.16).correct
+    keyed["answer"]["measure"] = "curve.no_such_point"
+    with pytest.raises(QuizError, match="q13-keyed.*curve.no_such_point"):
+        load_bank(_write_bank(tmp_path, {"a.yaml": [keyed]}))
 
 
 def test_load_bank_rejects_schema_violation(tmp_path: Path) -> None:

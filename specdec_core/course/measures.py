@@ -71,6 +71,8 @@ SOURCES: dict[str, Source] = {
     "quant": Source("benchmarks/quant-kernels-cpu.json", "§9b", date="2026-12-03"),
     "quant-suite": Source("benchmarks/quant-suite-repeats-cpu.json", "§9e"),  # medians of 3 repeats
     "quant-suite-once": Source("benchmarks/quant-suite-cpu.json", "§9c"),  # one run each; the only one with the int8 draft
+    "gap": Source("benchmarks/acceptance-gap-cpu.json", "§10", offline=True),  # offline vs the loop, on suite prompts
+    "curve": Source("benchmarks/scaling-curve-cpu.json", "§14", offline=True),  # train-curve: s_1 against data
 }
 
 
@@ -197,6 +199,21 @@ def _family() -> dict[str, Measure]:
     eagle_card = ("files", "eagle.safetensors", "card", "offline_heldout", "greedy")  # the model card, held out
     m["cards.eagle.s1"] = Measure("cards", (*eagle_card, "survival", 0))
     m["cards.eagle.a4"] = Measure("cards", (*eagle_card, "conditional", 3))
+    chat = ("kinds", "eagle", "categories", "chat")  # §10: eagle on the suite's chat answers, offline and in the loop
+    m["gap.eagle.chat.offline"] = Measure("gap", (*chat, "offline", "walked_survival", 0), "{:.3f}")
+    m["gap.eagle.chat.loop"] = Measure("gap", (*chat, "loop", "survival", 0), "{:.3f}")
+    m["gap.heads.qa.coverage"] = Measure("gap", ("kinds", "heads", "categories", "qa", "vocab_coverage"), "{:.0f} %", scale=100)
+    mix_points = {"templates": "templates-100000", "mixed": "all-100000"}  # §14: the same steps, 100k tokens each
+
+    def mean_s1(data: dict, point: str) -> float:  # s_1 averaged over the curve's categories (chat, qa, story)
+        rows = data["points"][point]["categories"].values()
+        return sum(row["s1"] for row in rows) / len(rows)
+
+    for name, point in mix_points.items():
+        m[f"curve.{name}.s1"] = Measure("curve", ("points", point, "categories"), "{:.3f}",
+                                        derive=lambda d, point=point: mean_s1(d, point))
+    m["curve.mix_gain"] = Measure("curve", ("points",), "{:.2f}×", derive=lambda d: (
+        mean_s1(d, mix_points["mixed"]) / mean_s1(d, mix_points["templates"])))
     for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
         m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
                                            "{:.1f} %", scale=100)

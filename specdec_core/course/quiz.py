@@ -21,7 +21,9 @@ Three question types:
 * ``multi``   - several correct choices; right only when *exactly* that set is picked
                 (a subset or a superset is wrong, as in an exam).
 * ``numeric`` - a number, right within an absolute ``tolerance``. Many numeric questions
-                name an ``experiment``: predict first, then run it on the real model.
+                name an ``experiment``: predict first, then run it on the real model. Where a
+                run takes hours (a training run), the key is a measured number instead
+                (``answer: {measure: NAME, tolerance: ...}``, ``measures``): predict, then read it.
 """
 
 from __future__ import annotations
@@ -80,10 +82,13 @@ class Choice:
 
 @dataclass(frozen=True)
 class Answer:
-    """The expected number of a numeric question; right when |given - value| <= tolerance."""
+    """The expected number of a numeric question; right when |given - value| <= tolerance.
+
+    ``measure`` names the measured number the value was read from (None: the bank states it)."""
 
     value: float
     tolerance: float
+    measure: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,12 @@ def _to_question(raw: dict[str, Any]) -> Question:
     )
     answer = None
     if "answer" in raw:
-        answer = Answer(value=float(raw["answer"]["value"]), tolerance=float(raw["answer"]["tolerance"]))
+        name = raw["answer"].get("measure")
+        try:  # a key read from a benchmark file follows it when the measurement is redone
+            value = float(f"{measures.value(name):.4g}") if name else float(raw["answer"]["value"])
+        except measures.MeasureError as e:
+            raise QuizError(f"question {raw['id']!r}: {e}") from None
+        answer = Answer(value=value, tolerance=float(raw["answer"]["tolerance"]), measure=name)
     return Question(
         id=raw["id"],
         type=raw["type"],
@@ -283,12 +293,14 @@ def grade(question: Question, answer: Iterable[int] | int | float, lang: str = "
 _UI = {
     "zh": {
         "submit": "提交", "right": "✅ 回答正确", "wrong": "❌ 回答错误", "expected": "参考答案：",
-        "explain": "解析：", "experiment": "先预测，再运行实验：", "prev": "上一题", "next": "下一题",
+        "explain": "解析：", "experiment": "先预测，再运行实验：", "measure": "答案读自测量值：",
+        "prev": "上一题", "next": "下一题",
         "your": "你的答案", "none": "本课暂无题目：",
     },
     "en": {
         "submit": "Submit", "right": "✅ Correct", "wrong": "❌ Not quite", "expected": "Expected:",
         "explain": "Explanation:", "experiment": "Predict, then run the experiment:",
+        "measure": "The key is the measured value:",
         "prev": "Previous", "next": "Next", "your": "Your answer", "none": "No questions for this lesson:",
     },
 }
@@ -329,6 +341,9 @@ def render_grade(question: Question, grade_: Grade, lang: str = "en") -> str:
     parts.append(f"<b>{ui['explain']}</b> {_html(grade_.explanation)}")
     if question.experiment:
         parts.append(f"🔬 {ui['experiment']} <code>{question.experiment}</code>")
+    if question.answer is not None and question.answer.measure:
+        source = measures.SOURCES[measures.MEASURES[question.answer.measure].source].file
+        parts.append(f"📏 {ui['measure']} <code>{question.answer.measure}</code> ({source})")
     return "<br><br>".join(parts)
 
 
