@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure the serving cost table instead (packed batched forwards: requests x total tokens)")
     pr.add_argument("--rows", type=_csv(int), default=[1, 2, 4, 8, 16, 32], help="--serving: requests per forward")
     pr.add_argument("--out", type=Path, help="write the cost model as JSON")
+    pr.add_argument("--drafters", type=_csv(str), help="drafters whose draft step to time, comma-separated "
+                    "(default ngram,early-exit; e.g. heads,eagle for `eval-draft --costs`)")
     add_weights_option(pr)
 
     rp = sub.add_parser("report", help="write an offline HTML report + Markdown summary from bench results")
@@ -227,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     ed.add_argument("--categories", help="with --prompts: only these categories (comma-separated)")
     ed.add_argument("--max-new-tokens", type=int, default=64, help="with --prompts: answer length (default 64)")
     ed.add_argument("--json", action="store_true")
+    ed.add_argument("--costs", type=Path, metavar="FILE",
+                    help="a cost model from `profile --drafters KIND --out FILE`: also choose k on the held-out split, "
+                         "the k whose walked tau(k) buys the most speed at this machine's verify and draft costs")
     ed.add_argument("--calibration", type=Path, metavar="OUT",
                     help="drafters with a confidence head: also write the calibration report (ECE per position, "
                          "reliability tables, AUC; the shipped temperatures on the held-out test half) to OUT as JSON")

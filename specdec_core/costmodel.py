@@ -15,6 +15,7 @@ import statistics
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Mapping
 
 import torch
@@ -63,6 +64,11 @@ class CostModel:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def load(cls, path: Path) -> "CostModel":
+        """A cost model `profile --out` wrote (measured once, on the machine it names)."""
+        return cls(**json.loads(Path(path).read_text()))
 
 
 def _prefilled_cache(target: Target, batch: int, context_len: int, seed: int = 0):

@@ -5,6 +5,8 @@ k: number of drafted tokens per step.  c: cost of one draft step / cost of one t
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
     """E[tokens per target forward] = 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha).
@@ -51,6 +53,19 @@ def best_k(alpha: float, c: float, k_max: int = 16, verify_ratios: dict[int, flo
         ratio = verify_ratios.get(k, 1.0) if verify_ratios else 1.0
         return walltime_speedup_with_verify_cost(alpha, k, c, ratio)
     return max(range(k_min, k_max + 1), key=speedup)
+
+
+def speedup_by_k(tau: Mapping[int, float], verify_ratios: Mapping[int, float], c: float) -> dict[int, float]:
+    """k -> the walltime speedup of drafting k tokens a step, from *measured* tokens per step tau[k] (e.g.
+    walked offline on held-out data, which tracks the decode loop) instead of an i.i.d. alpha:
+    tau[k] / (k*c + verify_ratios[k]), where verify_ratios[k] prices verifying k drafts (k+1 tokens)."""
+    return {k: t / (k * c + verify_ratios[k]) for k, t in sorted(tau.items())}
+
+
+def best_measured_k(tau: Mapping[int, float], verify_ratios: Mapping[int, float], c: float) -> int:
+    """The k with the highest `speedup_by_k`; ties go to the smaller k (a shorter draft wastes less)."""
+    speeds = speedup_by_k(tau, verify_ratios, c)
+    return max(speeds, key=lambda k: (speeds[k], -k))
 
 
 def rule_of_thumb_profitable(alpha: float, k: int, c: float) -> bool:

@@ -146,6 +146,7 @@ def test_bad_bench_input(capsys, tmp_path):
     from specdec_core.bench import llamacpp  # the peer row: missing binding, or a model without a GGUF
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,llamacpp:ar"],
                   "runs the smollm2-135m GGUF only" if llamacpp.available() else "run `make llamacpp`"))
+    cases.append((["profile", "--model", "tiny", "--drafters", "heads,medusa"], "unknown drafter medusa"))
     for argv, message in cases:
         code, _, err = run_main(capsys, *argv)
         assert code == 2 and err.count("\n") == 1 and message in err, (argv, err)

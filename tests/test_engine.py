@@ -174,6 +174,18 @@ def test_best_k_may_choose_a_plain_step():
     assert theory.best_k(0.05, 0.0, 4, ratios) == 1  # k_min defaults to 1
 
 
+def test_best_measured_k_weighs_measured_tokens_against_the_costs():
+    """k for a trained drafter from its walked tau(k): the most speed, not the most tokens per step."""
+    tau = {1: 1.4, 2: 1.6, 3: 1.7, 4: 1.75}  # later drafts rarely survive
+    ratios = {1: 1.1, 2: 1.2, 3: 1.3, 4: 1.5}
+    speeds = theory.speedup_by_k(tau, ratios, 0.05)
+    assert speeds[2] == pytest.approx(1.6 / (2 * 0.05 + 1.2))
+    assert theory.best_measured_k(tau, ratios, 0.05) == 2  # 1.231x beats k=1 (1.217x) and k=3 (1.172x)
+    assert theory.best_measured_k(tau, ratios, 0.0) == 2
+    assert theory.best_measured_k(tau, {k: 1.0 for k in tau}, 0.0) == 4  # free verify, free drafts: the longest
+    assert theory.best_measured_k({1: 1.5, 2: 3.0}, {1: 1.0, 2: 2.0}, 0.0) == 1  # an exact tie: the shorter
+
+
 # --- the cost-aware n-gram drafter ------------------------------------------------------------
 
 def _ngram(verify_ratios):

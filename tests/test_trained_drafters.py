@@ -329,6 +329,36 @@ def test_eval_draft_reports_per_position_survival(smoke_runs, monkeypatch, capsy
     assert 1 <= result["greedy"]["tau_walked"]["4"] <= 5
 
 
+def test_eval_draft_chooses_k_from_a_cost_model(smoke_runs, monkeypatch, capsys, tmp_path):
+    """`eval-draft --costs`: k picked on the held-out split from the walked tau(k) and a profile's costs;
+    a cost model without the drafter's draft step, or of another model, is refused in one line."""
+    from specdec_core.costmodel import CostModel
+    from specdec_core.theory import best_measured_k
+
+    cache, runs = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    forwards = [{"tokens": t, "batch": 1, "seconds": 0.01 * (1 + 0.1 * (t - 1))} for t in (1, 2, 3, 4, 5)]
+    costs = CostModel("tiny", "cpu", "float32", 1, 64, forward_s=forwards, draft_step_s={"eagle": 0.0005})
+    path = tmp_path / "cost.json"
+    path.write_text(costs.to_json())
+    args = ["eval-draft", "--kind", "eagle", "--model", "tiny", "--smoke", "--weights", str(runs["eagle"] / "weights"),
+            "--k", "4", "--costs", str(path)]
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    tau = {int(k): t for k, t in result["greedy"]["tau_walked"].items()}
+    chosen = result["choose_k"]
+    assert chosen["k"] == best_measured_k(tau, {k: 1 + 0.1 * k for k in tau}, 0.05)
+    assert chosen["c"] == pytest.approx(0.05) and chosen["verify_ratios"]["4"] == pytest.approx(1.4)
+    assert main(args) == 0 and f"k = {chosen['k']}" in capsys.readouterr().out
+    path.write_text(CostModel("tiny", "cpu", "float32", 1, 64, forward_s=forwards).to_json())
+    assert main(args) == 2
+    assert "no draft step for eagle" in capsys.readouterr().err
+    path.write_text(CostModel("smollm2-135m", "cpu", "float32", 1, 64, forward_s=forwards).to_json())
+    assert main(args) == 2
+    assert "measured on smollm2-135m" in capsys.readouterr().err
+
+
 def test_walked_survival_counts_the_steps_that_kept_each_draft():
     from specdec_core.training.objectives import walked_survival, walked_tau
 

@@ -6,6 +6,7 @@ import sys
 
 from ..errors import SpecDecError, ensure_writable
 from ..costmodel import measure_cost_model
+from ..drafters import DRAFTERS
 from ..generation import drafter_factory
 from ..quant import with_weights
 from ..serving.costs import CostTable
@@ -118,11 +119,15 @@ def run_profile(args) -> None:
 
     from ..models import load_model
 
+    drafters = args.drafters or PROFILED_DRAFTERS
+    unknown = [name for name in drafters if name not in DRAFTERS]
+    if unknown:
+        raise SpecDecError(f"unknown drafter {', '.join(unknown)}: choose from {', '.join(DRAFTERS)}")
     lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
     total = (args.repeats + 1) * len(args.tokens) * len(args.batch)
     with tqdm(total=total, desc="forward timings", unit="fwd") as bar:
         cm = measure_cost_model(lm, args.tokens, args.batch, args.repeats, progress=bar.update,
-                                drafters={name: drafter_factory(lm, name) for name in PROFILED_DRAFTERS})
+                                drafters={name: drafter_factory(lm, name) for name in drafters})
     one = cm.seconds(1)
     print(f"{cm.model} on {cm.device} ({cm.dtype}, {cm.threads} threads), context {cm.context_len}")
     print("batch  tokens  ms/forward  x(1-token)  ms/token")

@@ -154,6 +154,7 @@ def run_eval_draft_command(args) -> None:
     if args.kind not in KINDS:
         raise SpecDecError(f"unknown drafter kind {args.kind!r}: choose one of {', '.join(KINDS)}")
     cases = prompt_cases(args) if args.prompts else None  # bad prompts or settings fail before the model loads
+    costs = cost_model(args) if args.costs else None
     lm = load_model(args.model, args.device, "float32")
     cls = KINDS[args.kind].cls
     module = load_module(lm.name, args.kind, cls, args.weights) if args.weights else drafter_module(lm, args.kind, cls)
@@ -174,6 +175,8 @@ def run_eval_draft_command(args) -> None:
         print(f"calibration ({report['test_sequences']} test sequences, {report['greedy']['blocks']} blocks) -> {args.calibration}: "
               "greedy ECE after scaling " + " ".join(f"{p['ece_after']:.1%}" for p in greedy))
     result = evaluate(lm, args.kind, module, vocab, heldout, args.k)
+    if costs is not None:  # the greedy split: the suite's targets are greedy
+        result["choose_k"] = choose_k(result["greedy"]["tau_walked"], costs, args.kind)
     if args.json:
         print(json.dumps(result, indent=1))
         return
@@ -185,6 +188,41 @@ def run_eval_draft_command(args) -> None:
             print(f"  {i:<3} {surv:8.3f}  {cond:11.3f}")
         print("  tau(k): " + "  ".join(f"k={k} {t:.2f}" for k, t in s["tau"].items()))
         print("  tau(k) along the loop's own anchors: " + "  ".join(f"k={k} {t:.2f}" for k, t in s["tau_walked"].items()))
+    if costs is not None:
+        chosen = result["choose_k"]
+        print(f"k chosen on the held-out split (greedy, walked tau(k); costs from {args.costs}: {chosen['machine']}, "
+              f"c = {chosen['c']:.3f}): k = {chosen['k']}")
+        print("  predicted speedup: " + "  ".join(f"k={k} {x:.2f}x" for k, x in chosen["speedup"].items()))
+
+
+def cost_model(args):
+    """The cost model `eval-draft --costs` reads, checked before the model loads: it must be this model's
+    and must have timed this drafter's draft step."""
+    from ..costmodel import CostModel
+    from ..errors import SpecDecError
+
+    if args.prompts:
+        raise SpecDecError("--costs chooses k on the held-out split: leave out --prompts")
+    try:
+        costs = CostModel.load(args.costs)
+    except (OSError, ValueError, TypeError) as e:
+        raise SpecDecError(f"--costs {args.costs}: not a cost model written by `profile --out` ({e})") from None
+    if costs.model != args.model:
+        raise SpecDecError(f"--costs {args.costs} was measured on {costs.model}, not {args.model}")
+    if args.kind not in costs.draft_step_s:
+        raise SpecDecError(f"--costs {args.costs} has no draft step for {args.kind}: measure it with "
+                           f"`python -m specdec_core profile --drafters {args.kind} --out {args.costs}`")
+    return costs
+
+
+def choose_k(tau_walked: dict[int, float], costs, kind: str) -> dict:
+    """The k to bench a drafter at, chosen once on held-out data: the one whose walked tau(k) (which tracks
+    the decode loop) buys the most speed at the measured verify ratios r(k) and draft cost c."""
+    from ..theory import best_measured_k, speedup_by_k
+
+    ratios, c = {k: costs.verify_ratio(k) for k in tau_walked}, costs.c(kind)
+    return {"k": best_measured_k(tau_walked, ratios, c), "c": c, "verify_ratios": ratios,
+            "speedup": speedup_by_k(tau_walked, ratios, c), "machine": f"{costs.device}, {costs.threads} threads"}
 
 
 def prompt_cases(args) -> list:
