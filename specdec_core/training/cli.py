@@ -116,8 +116,6 @@ def run_train_draft_command(args) -> None:
     configs = [placed(c) for c in configs]
     with tqdm(desc=f"features ({args.features})", unit="seq") as bar:
         train, heldout, manifest = load_data(lm, folder, kinds, args.features, shards, tokens=tokens, on_sequence=bar.update)
-    if len(kinds) > 1:  # evaluated and calibrated once per kind: compute the held-out states once
-        heldout = [replace(s, hidden=s.features()) for s in heldout]
     runs = [open_training(lm, c, train, heldout, args.resume, args.out / c.kind if args.out and len(kinds) > 1 else args.out)
             for c in configs]
     for run in runs:
@@ -127,6 +125,10 @@ def run_train_draft_command(args) -> None:
     with tqdm(total=sum(r.config.steps for r in runs), initial=sum(r.step for r in runs),
               desc=f"train-draft {','.join(kinds)}", unit="step") as bar:
         train_steps(lm, runs, train, args.stop_after, bar)
+    # Several finished kinds are each evaluated (and calibrated): compute the held-out states once for all,
+    # and only now, so that a sitting which stops before the end never pays for them.
+    if sum(run.step >= run.config.steps for run in runs) > 1:
+        heldout = [replace(s, hidden=s.features()) for s in heldout]
     for run in runs:
         if run.step < run.config.steps:
             print(f"{run.config.kind}: stopped at step {run.step} of {run.config.steps} (checkpointed): continue with --resume")
