@@ -431,6 +431,28 @@ def _tree_gain(lm: LoadedModel, k: int = 4, nodes: int = 16) -> tuple[float, dic
     return runs["dynamic"]["tau"] / runs["chain"]["tau"], {**details, "k": k, "nodes": nodes, "prompts": len(prompts)}
 
 
+CURVE_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "scaling-curve-cpu.json"
+
+
+def _shipped_heads_on_curve(lm: LoadedModel) -> tuple[float, dict]:
+    """The shipped heads scored exactly as a point of the scaling curve (`train-curve`): walked first-draft
+    acceptance s_1 and tau(k) along the target's greedy answers to the curve's suite prompts (its setting:
+    6 chat, 6 qa, 6 story, 64 tokens, k = 4). Value: s_1, the mean over the categories, as the curve's
+    points are read. Teacher-forced, no timing: the same on every run of one machine."""
+    from ..drafters import MedusaHeads, module_vocab
+    from ..drafters.weights import drafter_module
+    from ..suite import load_prompts
+    from ..training.curve import answers, score
+
+    setting = json.loads(CURVE_FILE.read_text(encoding="utf-8"))["setting"]
+    cases = [c for c in load_prompts(PROMPTS_FILE) if c.id in set(setting["prompts"])]
+    module = drafter_module(lm, "heads", MedusaHeads)
+    rows = score(lm, "heads", module, module_vocab(module, lm.model.lm_head.weight),
+                 answers(lm, "heads", cases, setting["max_new_tokens"]), setting["k"])
+    return statistics.mean(row["s1"] for row in rows.values()), {"categories": rows, "k": setting["k"],
+                                                                  "prompts": len(cases)}
+
+
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sim_tau_a07_k4", {"zh": "模拟草稿（命中率 0.7，k=4）的平均接受长度 τ", "en": "Mean accepted length τ of the sim drafter (hit rate 0.7, k=4)"},
                "tokens/forward", lambda lm: _tau(lm, SIM_PROMPTS, drafter="sim", hit_rate=0.7, k=4), reads=SUITE),
@@ -502,6 +524,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("heads_tree_gain_16", {"zh": "训练过的 heads 草稿器用 16 个节点的动态树时的 τ，相对它 k=4 草稿链的 τ 之比（贪心，两条闲聊、两条问答和一个故事提示）",
                                       "en": "τ of the trained heads with a 16-node dynamic tree over τ of their chain of k=4 (greedy, two chat, two QA prompts and a story)"},
                "x", _tree_gain, weights=True, reads=(*SUITE, tree_table_path("smollm2-135m", "heads"))),
+    Experiment("curve_shipped_heads_s1", {"zh": "随附的 heads 草稿器按规模曲线的方式打分：沿目标模型对测试集 6 条闲聊、6 条问答、6 条故事提示的贪心回答走出的第 1 位接受率 s_1（三个类别的平均）",
+                                          "en": "The shipped heads scored as a point of the scaling curve: walked first-draft acceptance s_1 along the target's greedy answers to the suite's 6 chat, 6 QA and 6 story prompts (the mean over the three categories)"},
+               "fraction", _shipped_heads_on_curve, weights=True, reads=(*SUITE, CURVE_FILE)),
 ]}
 
 

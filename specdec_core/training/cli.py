@@ -147,6 +147,8 @@ def run_train_draft_command(args) -> None:
 def run_eval_draft_command(args) -> None:
     import json
 
+    from tqdm import tqdm
+
     from ..drafters import module_vocab
     from ..drafters.weights import drafter_module, load_module
     from ..models import load_model
@@ -164,9 +166,11 @@ def run_eval_draft_command(args) -> None:
         eval_on_prompts(args, lm, module, cases)
         return
     folder = data_folder(args, lm)
-    _, heldout, _ = load_data(lm, folder, args.kind)
-    if args.limit:
-        heldout = heldout[:args.limit]
+    # The held-out split only: its states computed here, once each ("online"), never the training split's
+    # (the feature cache would first fill with every shard of the corpus: hours on one core).
+    _, heldout, _ = load_data(lm, folder, args.kind, features="online")
+    heldout = [replace(s, hidden=s.features()) for s in tqdm(heldout[:args.limit or None], desc="held-out states",
+                                                               unit="seq")]
     vocab = module_vocab(module, lm.model.lm_head.weight)
     if args.calibration:
         if KINDS[args.kind].calibrate is None:
