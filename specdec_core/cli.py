@@ -155,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--until-tokens", type=int, help="append shards until the corpus holds N response tokens")
     md.add_argument("--max-new-tokens", type=int, default=128)
     md.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
+    md.add_argument("--workers", type=int, default=1,
+                    help="processes answering shards side by side, one thread each, while this one gathers the next "
+                         "shard's prompts (default 1: one process, its threads from OMP_NUM_THREADS); the shards are "
+                         "the same bytes as one one-thread process writes")
     md.add_argument("--seed", type=int, default=0)
     md.add_argument("--shard-size", type=int, default=64, help="sequences per shard (default 64)")
     md.add_argument("--heldout", type=float, default=0.05, help="share of sequences held out, by a hash of the prompt (default 0.05)")

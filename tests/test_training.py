@@ -138,6 +138,17 @@ def test_make_data_appends_and_resumes_bit_identically(corpus_a, tmp_path, capsy
     assert [e["cursors"] for e in read_manifest(folder)["shards"]] == [e["cursors"] for e in read_manifest(corpus_a)["shards"]]
 
 
+def test_make_data_with_workers_writes_the_same_bytes(corpus_a, tmp_path):
+    # Shard 1 follows up on shard 0's answers: its gathering must wait for the worker still answering them.
+    folder = tmp_path / "w"
+    assert main([*SMOKE, "--out", str(folder), "--shards", "3", "--workers", "2"]) == 0
+    for name in ("shard-00000.npz", "shard-00001.npz", "shard-00002.npz"):
+        assert (folder / name).read_bytes() == (corpus_a / name).read_bytes()
+    entries = read_manifest(folder)["shards"]
+    assert [e["cursors"] for e in entries] == [e["cursors"] for e in read_manifest(corpus_a)["shards"]]
+    assert [e["workers"] for e in entries] == [2, 2, 2]
+
+
 def test_a_shard_regenerates_bit_identically_from_its_records(corpus_a, tiny):
     manifest = read_manifest(corpus_a)
     again = data_module.regenerate(tiny, corpus_a, manifest, 1)
@@ -184,6 +195,7 @@ def test_the_overlap_rule_drops_a_prompt_copied_from_the_suite(monkeypatch, tmp_
     (["--concurrency", "0"], "concurrency must be between 1 and 256"),
     (["--shard-size", "0"], "shard-size must be >= 1"),
     (["--shards", "0"], "shards must be >= 1"),
+    (["--workers", "0"], "workers must be >= 1"),
     (["--sources", "templates,hub"], "unknown source 'hub'"),
     (["--sources", "code"], "must include templates"),
     (["--max-new-tokens", "many"], "invalid int value"),

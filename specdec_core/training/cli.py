@@ -28,7 +28,7 @@ def run_make_data_command(args) -> None:
 
     config = data_config(args)
     config.validate()  # bad settings fail before the model loads
-    for name in ("shards", "until_tokens"):
+    for name in ("shards", "until_tokens", "workers"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SpecDecError(f"{name.replace('_', '-')} must be >= 1 (got {getattr(args, name)})")
     shards = args.shards if args.shards is not None or args.until_tokens is not None else 1
@@ -37,7 +37,7 @@ def run_make_data_command(args) -> None:
     before = manifest.get("totals", {}).get("response_tokens", 0)
     goal = args.until_tokens - before if args.until_tokens else (shards or 0) * config.shard_size * config.max_new_tokens
     with tqdm(total=max(goal, 0), desc="make-data", unit="tok") as bar:
-        manifest = grow(lm, config, folder, manifest, shards, args.until_tokens, bar)
+        manifest = grow(lm, config, folder, manifest, shards, args.until_tokens, bar, args.workers)
     t = manifest["totals"]
     print(f"{folder}: {t['shards']} shards, {t['sequences']} sequences, {t['response_tokens']} response tokens "
           f"(+{t['response_tokens'] - before}), {t['bytes'] / 1e6:.2f} MB; sources "

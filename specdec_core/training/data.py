@@ -19,8 +19,11 @@ and a shard's answers regenerate bit-identically from its records (`regenerate`)
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import platform
 import time
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -29,7 +32,7 @@ import torch
 
 from ..decode import GenerationConfig
 from ..errors import SpecDecError
-from ..models import LoadedModel, cache_dir, sha256_file
+from ..models import LoadedModel, cache_dir, load_model, sha256_file
 from ..provenance import git_commit
 from ..serving import ServingEngine, make_scheduler
 from . import sources as src
@@ -209,6 +212,7 @@ class History:
         self.folder, self.manifest, self.tokenizer = folder, manifest, tokenizer
         self.loaded: list[src.Earlier] = []
         self.shards_read = 0
+        self.wait: Callable[[], bool] = lambda: False  # lands a shard still being answered, if any (grow)
 
     def add(self, entry: dict, stored: list[Stored]) -> None:
         """The next shard's sequences (shards come in manifest order)."""
@@ -218,7 +222,7 @@ class History:
         self.shards_read += 1
 
     def __call__(self, j: int) -> src.Earlier | None:
-        while j >= len(self.loaded) and self.shards_read < len(self.manifest["shards"]):
+        while j >= len(self.loaded) and (self.shards_read < len(self.manifest["shards"]) or self.wait()):
             entry = self.manifest["shards"][self.shards_read]
             self.add(entry, read_shard(self.folder / entry["file"]))
         return self.loaded[j] if j < len(self.loaded) else None
@@ -283,46 +287,86 @@ def gather(lm: LoadedModel, config: DataConfig, cursors: dict, history: History,
     return items, cursors
 
 
-def make_shard(lm: LoadedModel, config: DataConfig, folder: Path, manifest: dict, history: History, keep: Filter,
-               bar=None) -> dict:
-    """Gather, answer and write the next shard; returns its manifest entry."""
-    number = len(manifest["shards"])
+@dataclass
+class Planned:
+    """A shard whose prompts are gathered (everything that depends on the shards before it), waiting
+    for its answers, which depend on nothing else."""
+
+    number: int
+    items: list[src.Item]
+    configs: list[GenerationConfig]
+    cursors: dict
+    dropped: dict[str, int]
+    max_overlap: float
+    gather_s: float
+
+
+def plan_shard(lm: LoadedModel, config: DataConfig, number: int, first: int, cursors: dict, history: History,
+               keep: Filter) -> Planned:
+    """Shard `number`'s prompts from `cursors` (the previous shard's), its first sequence being `first`."""
     start = time.perf_counter()
-    cursors = manifest["shards"][-1]["cursors"] if manifest["shards"] else {}
     dropped_before = dict(keep.dropped)
     items, cursors = gather(lm, config, cursors, history, keep)
-    first = sum(e["sequences"] for e in manifest["shards"])
-    configs = [answer_config(config, first + i) for i in range(len(items))]
-    generated = 0
+    return Planned(number, items, [answer_config(config, first + i) for i in range(len(items))], cursors,
+                   {k: keep.dropped[k] - dropped_before[k] for k in keep.dropped}, keep.max_overlap,
+                   time.perf_counter() - start)
 
-    def on_tokens(n: int) -> None:
-        nonlocal generated
-        generated += n
-        if bar is not None:
-            bar.update(n)
 
-    answers = respond(lm, [item.chat() for item in items], configs, config.concurrency, on_tokens)
+def write_planned(lm: LoadedModel, config: DataConfig, folder: Path, planned: Planned,
+                  answers: list[tuple[list[int], list[int]]], answer_s: float, workers: int) -> dict:
+    """Write the answered shard; returns its manifest entry. `wall_s` is the shard's own compute time
+    (gathering + answering), also when `workers` processes answered shards side by side."""
     stored = [Stored(item, prompt + response, len(prompt), c.temperature, c.seed)
-              for item, (prompt, response), c in zip(items, answers, configs)]
-    path = folder / f"shard-{number:05d}.npz"
+              for item, (prompt, response), c in zip(planned.items, answers, planned.configs)]
+    path = folder / f"shard-{planned.number:05d}.npz"
     write_shard(path, stored, lm.model.config.vocab_size)
-    wall_s = time.perf_counter() - start
+    wall_s = planned.gather_s + answer_s
     response_tokens = sum(len(s.response) for s in stored)
     counts: dict[str, int] = {}
     for s in stored:
         counts[s.item.source] = counts.get(s.item.source, 0) + 1
     return {"file": path.name, "sequences": len(stored), "prompt_tokens": sum(s.prompt_len for s in stored),
-            "response_tokens": response_tokens, "sources": counts, "cursors": cursors,
-            "dropped": {k: keep.dropped[k] - dropped_before[k] for k in keep.dropped},
-            "max_overlap": round(keep.max_overlap, 4), "concurrency": config.concurrency,
+            "response_tokens": response_tokens, "sources": counts, "cursors": planned.cursors,
+            "dropped": planned.dropped, "max_overlap": round(planned.max_overlap, 4),
+            "concurrency": config.concurrency, "workers": workers,
             "bytes": path.stat().st_size, "sha256": sha256_file(path),
             "wall_s": round(wall_s, 1), "tokens_per_s": round(response_tokens / wall_s, 1), "machine": machine(lm)}
 
 
+def timed_respond(lm: LoadedModel, conversations: Sequence[list[dict]], configs: Sequence[GenerationConfig],
+                  concurrency: int, on_tokens: Callable[[int], None] = lambda n: None) -> tuple[list, float]:
+    start = time.perf_counter()
+    answers = respond(lm, conversations, configs, concurrency, on_tokens)
+    return answers, time.perf_counter() - start
+
+
+# A worker process answers whole shards with a model of its own (spawned: no torch state is forked).
+_WORKER_LM: LoadedModel | None = None
+
+
+def _start_worker(name: str, device: str, dtype: str) -> None:
+    global _WORKER_LM
+    torch.set_num_threads(1)
+    _WORKER_LM = load_model(name, device, dtype)
+
+
+def _answer_in_worker(conversations: list[list[dict]], configs: list[GenerationConfig],
+                      concurrency: int) -> tuple[list, float]:
+    assert _WORKER_LM is not None, "the worker's initializer loads the model"
+    return timed_respond(_WORKER_LM, conversations, configs, concurrency)
+
+
 def grow(lm: LoadedModel, config: DataConfig, folder: Path, manifest: dict, shards: int | None = None,
-         until_tokens: int | None = None, bar=None) -> dict:
+         until_tokens: int | None = None, bar=None, workers: int = 1) -> dict:
     """Append shards (`shards` more, or until the corpus holds `until_tokens` response tokens),
-    writing the manifest after each; returns it."""
+    writing the manifest after each; returns it.
+
+    With `workers` > 1 the shards are a pipeline: this process gathers shard n + 1 (prompts, the
+    target's self-instruct requests) while `workers` processes, one thread each, answer the shards
+    before it; every process runs one thread, so the corpus is byte-identical to one written by a single
+    one-thread process. Shards land in order; `until_tokens` may be passed by the shards in flight."""
+    if workers < 1:
+        raise SpecDecError(f"workers must be >= 1 (got {workers})")
     history = History(folder, manifest, lm.tokenizer)
     seen: set[str] = set()
     for entry in manifest["shards"]:  # one pass over the committed shards fills both
@@ -330,13 +374,57 @@ def grow(lm: LoadedModel, config: DataConfig, folder: Path, manifest: dict, shar
         seen |= {normalised(s.item.text) for s in stored}
         history.add(entry, stored)
     keep = Filter(lm.tokenizer, seen)
-    written = 0
-    while (shards is None or written < shards) and (until_tokens is None or
-                                                     sum(e["response_tokens"] for e in manifest["shards"]) < until_tokens):
-        manifest["shards"].append(make_shard(lm, config, folder, manifest, history, keep, bar))
+    in_flight: deque[tuple[Planned, Future]] = deque()
+
+    def land(planned: Planned, answers: list, answer_s: float) -> None:
+        entry = write_planned(lm, config, folder, planned, answers, answer_s, workers)
+        manifest["shards"].append(entry)
         manifest["totals"] = totals(manifest["shards"])
         write_manifest(folder, manifest)
-        written += 1
+        if bar is not None and workers > 1:
+            bar.update(entry["response_tokens"])
+
+    def land_oldest() -> bool:
+        if not in_flight:
+            return False
+        planned, future = in_flight.popleft()
+        land(planned, *future.result())
+        return True
+
+    history.wait = land_oldest  # a follow-up on an answer still in flight waits for it
+    planned_count = 0
+
+    def more() -> bool:
+        tokens = sum(e["response_tokens"] for e in manifest["shards"])
+        return (shards is None or planned_count < shards) and (until_tokens is None or tokens < until_tokens)
+
+    def next_plan() -> Planned:
+        earlier = manifest["shards"] + [{"sequences": len(p.items), "cursors": p.cursors} for p, _ in in_flight]
+        cursors = earlier[-1]["cursors"] if earlier else {}
+        return plan_shard(lm, config, len(earlier), sum(e["sequences"] for e in earlier), cursors, history, keep)
+
+    if workers == 1:
+        on_tokens = bar.update if bar is not None else (lambda n: None)
+        while more():
+            planned = next_plan()
+            land(planned, *timed_respond(lm, [i.chat() for i in planned.items], planned.configs,
+                                         config.concurrency, on_tokens))
+            planned_count += 1
+        return manifest
+    torch.set_num_threads(1)  # the gathering's self-instruct requests too: one thread, as in the workers
+    context = multiprocessing.get_context("spawn")
+    dtype = str(lm.dtype).replace("torch.", "")
+    with ProcessPoolExecutor(workers, context, _start_worker, (lm.name, str(lm.device), dtype)) as pool:
+        while more():
+            if len(in_flight) >= workers:
+                land_oldest()
+                continue
+            planned = next_plan()
+            in_flight.append((planned, pool.submit(_answer_in_worker, [i.chat() for i in planned.items],
+                                                   planned.configs, config.concurrency)))
+            planned_count += 1
+        while land_oldest():
+            pass
     return manifest
 
 
