@@ -203,11 +203,22 @@ def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], float]:
     sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17, 25, AUTO_NODES + 1)
     cm = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
                    forward_s=measure_forward_times(lm, sizes, repeats=3))
+    return _monotone_ratios(cm), cm.seconds(1)
+
+
+def _monotone_ratios(cm: CostModel) -> dict[int, float]:
+    """verify_ratio(d) for d = 0..AUTO_NODES, made non-decreasing (a longer forward never costs less)."""
     ratios, floor = {}, 1.0
     for d in range(0, AUTO_NODES + 1):
         floor = max(floor, cm.verify_ratio(d))
         ratios[d] = floor
-    return ratios, cm.seconds(1)
+    return ratios
+
+
+def profile_costs(cm: CostModel) -> DraftCosts:
+    """The costs a profile recorded (`profile --out`), as drafters weigh them: for a run whose drafts must
+    not depend on this moment's timing noise (a lesson's counts), where `draft_costs` measures now."""
+    return DraftCosts(_monotone_ratios(cm), {name: cm.c(name) for name in cm.draft_step_s})
 
 
 def model_bytes(model: torch.nn.Module) -> int:

@@ -49,20 +49,25 @@ def drafter_costs(lm: LoadedModel, name: str, sized_tree: bool = False) -> Draft
     return draft_costs(lm, {other: drafter_factory(lm, other) for other in needed})
 
 
-def build_drafter(lm: LoadedModel, config: GenerationConfig) -> Drafter | None:
-    """The request's drafter (None unless the mode is spec), with the costs it needs."""
+def build_drafter(lm: LoadedModel, config: GenerationConfig, costs: DraftCosts | None = None) -> Drafter | None:
+    """The request's drafter (None unless the mode is spec), with the costs it needs: `costs` when given
+    (e.g. a recorded profile's, `costmodel.profile_costs`), else measured on this machine."""
     if config.mode != "spec":
         return None
-    return make_drafter(config.drafter, lm, config, drafter_costs(lm, config.drafter, config.sized_tree))
+    if costs is None:
+        costs = drafter_costs(lm, config.drafter, config.sized_tree)
+    return make_drafter(config.drafter, lm, config, costs)
 
 
-def prepare(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False) -> DecodeState:
-    """Tokenise (chat template unless raw; token ids pass through), validate, and build the state."""
+def prepare(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False,
+            costs: DraftCosts | None = None) -> DecodeState:
+    """Tokenise (chat template unless raw; token ids pass through), validate, and build the state (its
+    drafter weighs `costs` when given, see build_drafter)."""
     prompt_ids = list(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else lm.encode(prompt, raw)
     if not prompt_ids:
         raise SpecDecError("the prompt is empty")
     check(config, lm, len(prompt_ids))
-    return new_state(lm, prompt_ids, config, build_drafter(lm, config))
+    return new_state(lm, prompt_ids, config, build_drafter(lm, config, costs))
 
 
 def stream(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False) -> Iterator[StepEvent]:
@@ -72,13 +77,14 @@ def stream(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool 
 
 
 def generate(lm: LoadedModel, prompt: Prompt, config: GenerationConfig | None = None, raw: bool = False,
-             progress=None) -> GenerationResult:
+             progress=None, costs: DraftCosts | None = None) -> GenerationResult:
     """Decode one prompt; return text, token ids, the full trace and its metrics.
 
-    `progress`, if given, is called with the number of new tokens after each step.
+    `progress`, if given, is called with the number of new tokens after each step; `costs`, if given, is
+    what a cost-aware drafter weighs instead of this machine's costs measured now.
     """
     config = config or GenerationConfig()
-    return run(lm, prompt, prepare(lm, prompt, config, raw), config, progress)
+    return run(lm, prompt, prepare(lm, prompt, config, raw, costs), config, progress)
 
 
 def config_from_args(args, mode: str, k: int | None = None, temperature: float | None = None) -> GenerationConfig:

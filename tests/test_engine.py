@@ -226,6 +226,27 @@ def test_verify_ratios_are_measured_and_non_decreasing(tiny):
     assert all(a <= b for a, b in zip(list(ratios.values()), list(ratios.values())[1:]))
 
 
+def test_a_recorded_profile_is_what_the_drafter_weighs(tiny, monkeypatch):
+    """Counting experiments hand the committed profile's costs to generate(), so their drafts cannot move
+    with this moment's timing; the drafter must be built with exactly those ratios, not measured ones."""
+    from specdec_core import costmodel, generation
+    from specdec_core.course import experiments
+
+    profile = costmodel.CostModel.load(experiments.COST_PROFILE)
+    costs = costmodel.profile_costs(profile)
+    ratios = list(costs.verify_ratios.values())
+    assert sorted(costs.verify_ratios) == list(range(costmodel.AUTO_NODES + 1)) and ratios[0] == 1.0
+    assert all(a <= b for a, b in zip(ratios, ratios[1:])) and costs.verify_ratios[4] >= profile.verify_ratio(4)
+    assert costs.draft_c["heads"] == profile.c("heads") > 0
+    assert experiments._profile_costs(profile.model) == costs and experiments._profile_costs("tiny") is None
+    monkeypatch.setattr(generation, "drafter_costs", lambda *a, **k: pytest.fail("measured although costs were given"))
+    built = []
+    real = generation.make_drafter
+    monkeypatch.setattr(generation, "make_drafter", lambda *a: built.append(a[3]) or real(*a))
+    sd.generate(tiny, "hello hello hello", sd.GenerationConfig(mode="spec", drafter="ngram", k=4, max_new_tokens=4), costs=costs)
+    assert built == [costs]
+
+
 def test_fast_small_matmuls_match_nn_linear():
     """kernels.small_batch_linear computes what nn.Linear does, for every row count and each kernel it picks."""
     from specdec_core.kernels import pack_weight, small_batch_linear

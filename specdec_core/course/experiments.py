@@ -4,6 +4,7 @@ notebook, the quiz and the app do not pay for the same measurement twice.
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -14,6 +15,7 @@ from typing import Callable
 import torch
 import transformers
 
+from ..costmodel import CostModel, DraftCosts, profile_costs
 from ..errors import SpecDecError
 from ..decode import GenerationConfig
 from ..drafters import OPTION_NAMES
@@ -34,6 +36,19 @@ CHAT_PROMPTS = ("What are three tips for staying focused while studying?",
                 "Explain why the sky is blue in simple words.")
 PROMPTS_FILE = PROMPTS_DIR / "suite.jsonl"
 SUITE = (PROMPTS_FILE,)  # what an experiment on the suite's prompts reads
+# A cost-aware n-gram sizes its drafts by the verify ratios it weighs. Measured at run time they move with
+# the machine's noise (a proposal worth 3 drafts in one run is worth 4 in the next), and every count of
+# an n-gram experiment would move with them. Count experiments weigh the committed profile of this CPU
+# (BENCHMARKS §15) instead: the same drafts in every run; timed ones weigh what they measure.
+COST_PROFILE = Path(__file__).resolve().parents[2] / "benchmarks" / "cost-drafters-cpu.json"
+COUNTED = (*SUITE, COST_PROFILE)  # what a count experiment with a cost-aware drafter reads
+
+
+@functools.lru_cache(maxsize=2)
+def _profile_costs(model: str) -> DraftCosts | None:
+    """The committed profile's costs for `model` (None for another model: those measure their own)."""
+    profile = CostModel.load(COST_PROFILE)
+    return profile_costs(profile) if profile.model == model else None
 
 
 def suite_prompts(category: str, n: int) -> tuple[str, ...]:
@@ -166,7 +181,8 @@ def _pooled_spec(lm: LoadedModel, prompts, seeds=(0,), **config) -> dict:
         for seed in seeds:
             # One random stream per (prompt, seed): the same seed on every prompt would repeat the same
             # draws (sim's hits, sampled tokens) and make the prompts no independent sample at all.
-            m = generate(lm, prompt, _spec_config(max_new_tokens=64, seed=100 * seed + i, **config)).metrics
+            m = generate(lm, prompt, _spec_config(max_new_tokens=64, seed=100 * seed + i, **config),
+                         costs=_profile_costs(lm.name)).metrics
             pooled["forwards"] += m["target_forwards"]
             pooled["tokens"] += m["mean_acceptance_length"] * m["target_forwards"]
             pooled["drafting_steps"] += m["num_drafts"]
@@ -484,19 +500,19 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                "x", lambda lm: _forward_ratio(lm, 5, batch=8)),
     Experiment("ngram_forward_ratio_copy_k3", {"zh": "复制型提示上 AR 与 n-gram 投机（k=3）的目标前向次数之比",
                                                "en": "AR target forwards / n-gram spec (k=3) target forwards on copy prompts"},
-               "x", lambda lm: _forward_reduction(lm, (COPY_PROMPT, *suite_prompts("copy", 2)), drafter="ngram", k=3), reads=SUITE),
+               "x", lambda lm: _forward_reduction(lm, (COPY_PROMPT, *suite_prompts("copy", 2)), drafter="ngram", k=3), reads=COUNTED),
     Experiment("early_exit_tau_k4", {"zh": "未训练 4 层早退草稿（k=4，每步都起草 4 个）的 τ",
                                      "en": "τ of the untrained 4-layer early exit (k=4, drafting 4 every step)"},
                "tokens/forward", _early_exit_tau),
     Experiment("ngram_rollback_rate_free", {"zh": "自由文本上 n-gram 起草步中发生回滚（至少一个草稿被拒）的比例",
                                             "en": "Share of n-gram drafting steps on free text that roll back (at least one draft rejected)"},
-               "fraction", _rollback_rate, reads=SUITE),
+               "fraction", _rollback_rate, reads=COUNTED),
     Experiment("ngram_copy_a4", {"zh": "复制型提示上 n-gram 草稿第 4 个位置的条件接受率 a_4（k=8）",
                                  "en": "Conditional acceptance a_4 of n-gram drafts at position 4 on copy prompts (k=8)"},
                "fraction", _survival, reads=SUITE),
     Experiment("ngram_tau_temperature_1", {"zh": "温度 1.0 时 n-gram 草稿在复制型提示上的 τ（附温度 0 与 0.7）",
                                            "en": "τ of n-gram drafting on copy prompts at temperature 1.0 (with 0 and 0.7 beside it)"},
-               "tokens/forward", _temperature_tau, reads=SUITE),
+               "tokens/forward", _temperature_tau, reads=COUNTED),
     Experiment("sampling_acceptance_real_pq", {"zh": "引擎的 verify_sampled 在真实 p（温度 1.0）与 q（温度 0.7）上的接受率",
                                                "en": "Acceptance rate of the engine's verify_sampled on a real p (temperature 1.0) and q (temperature 0.7)"},
                "fraction", _sampling_acceptance),
