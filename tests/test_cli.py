@@ -142,6 +142,9 @@ def test_bad_bench_input(capsys, tmp_path):
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,llamacpp:ar@weights=int4"], "unknown setting 'weights'"))
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:heads@tree=bushy"], "tree must be one of"))
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:heads@nodes=many"], "nodes must be a whole number"))
+    cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:heads@k=0"], "k must be a whole number >= 1"))
+    cases.append((_bench_args(tmp_path, good) + ["--modes", "ar@k=2"], "unknown setting 'k'"))
+    cases.append((_bench_args(tmp_path, good) + ["--modes", "spec:heads@k=1", "--k", "2,4"], "drafts its own k"))
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:ngram@tree=dynamic"], "cannot draft a dynamic tree"))
     from specdec_core.bench import llamacpp  # the peer row: missing binding, or a model without a GGUF
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,llamacpp:ar"],
@@ -172,10 +175,16 @@ def test_bench_runs_a_chain_and_its_tree_interleaved(capsys, tmp_path):
     prompts.write_text('{"id": "a", "category": "chat", "prompt": "hello there"}\n')
     out = tmp_path / "r.json"
     code, _, err = run_main(capsys, *_bench_args(tmp_path, prompts, out), "--max-new-tokens", "12",
-                            "--modes", "spec:heads,spec:heads@tree=dynamic@nodes=6")
+                            "--modes", "spec:heads,spec:heads@tree=dynamic@nodes=6,spec:heads@k=1")
     assert code == 0, err
-    rows = {r["mode"]: r for r in json.loads(out.read_text())["results"]}
-    assert set(rows) == {"ar", "spec:heads", "spec:heads@tree=dynamic@nodes=6"}
+    report = json.loads(out.read_text())
+    rows = {r["mode"]: r for r in report["results"]}
+    assert set(rows) == {"ar", "spec:heads", "spec:heads@tree=dynamic@nodes=6", "spec:heads@k=1"}
+    # A mode's own k: it drafts one token a step, paired with the same ar runs as the run's k = 4.
+    assert rows["spec:heads@k=1"]["draft_k"] == 1 and rows["spec:heads"]["draft_k"] == 4 == rows["spec:heads@k=1"]["k"]
+    assert len(rows["spec:heads@k=1"]["offered_per_pos"]) == 1 < len(rows["spec:heads"]["offered_per_pos"])
+    assert rows["spec:heads@k=1"]["token_ids"] == rows["ar"]["token_ids"]
+    assert report["summary"]["spec:heads@k=1"]["draft_k"] == 1
     assert rows["spec:heads@tree=dynamic@nodes=6"]["token_ids"] == rows["ar"]["token_ids"]
     assert rows["spec:heads"]["offered_per_rank"] is None  # a chain has no siblings
     offered = rows["spec:heads@tree=dynamic@nodes=6"]["offered_per_rank"]

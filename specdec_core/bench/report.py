@@ -85,11 +85,10 @@ def _figures(results: dict, cost: dict | None) -> list:
     for label, s in results["summary"].items():
         if s["acceptance_rate"] is None:
             continue
-        k = next((r["k"] for r in results["results"] if r["mode"] == label.split("@")[0]), 4)
         fig.add_scatter(x=[s["acceptance_rate"]], y=[s["mean_accepted_length"]], mode="markers+text", text=[label],
                         textposition="top center", name=label)
     alphas = [i / 100 for i in range(100)]
-    for k in sorted({r["k"] for r in results["results"]}):
+    for k in sorted({r.get("draft_k") or r["k"] for r in results["results"] if r["mode"] != "ar"}):
         fig.add_scatter(x=alphas, y=[theory.expected_tokens_per_step(a, k) for a in alphas], name=f"theory k={k}", line_dash="dot")
     fig.update_layout(title="Measured τ vs (1−α^(k+1))/(1−α)", xaxis_title="α (acceptance rate)", yaxis_title="τ")
     figures.append(fig)
@@ -105,13 +104,13 @@ def _figures(results: dict, cost: dict | None) -> list:
                           yaxis_title="P(accepted)", yaxis_range=[0, 1])
         figures.append(fig)
 
-    # Speedup vs k, one line per mode and temperature (sweep runs only).
-    swept = [label for label in results["summary"] if "@k=" in label]
-    if len({label.split("@k=")[1].split(",")[0] for label in swept}) > 1:
+    # Speedup vs k, one line per mode and temperature (sweep runs only: labels MODE@k=K,t=T).
+    config = results["config"]
+    if len(config["k"]) > 1:
         fig = go.Figure()
         lines: dict[str, list] = {}
-        for label in swept:
-            mode, rest = label.split("@k=")
+        for label in results["summary"]:
+            mode, rest = label.rsplit("@k=", 1)
             k, t = rest.split(",t=")
             lines.setdefault(f"{mode} t={t}", []).append((int(k), results["summary"][label]["speedup_vs_ar"]))
         for name, points in lines.items():

@@ -43,9 +43,10 @@ NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is flo
 @dataclass(frozen=True)
 class Mode:
     """One bench mode, `MODE[@key=value]...`: `ar`, `spec:ngram`, `hf:pld`, `ar@weights=int4`,
-    `spec:quant@bits=8@layers=15`, `spec:heads@tree=dynamic@nodes=12`. `weights` sets the target's
-    precision (quant.WEIGHTS); `tree` and `nodes` a spec mode's draft tree (trees.TREES, its size; plain
-    `spec:DRAFTER` is the chain); any other key is an option of the spec mode's drafter, by its full name
+    `spec:quant@bits=8@layers=15`, `spec:heads@tree=dynamic@nodes=12`, `spec:eagle@k=1`. `weights` sets
+    the target's precision (quant.WEIGHTS); `tree` and `nodes` a spec mode's draft tree (trees.TREES, its
+    size; plain `spec:DRAFTER` is the chain); `k` a spec mode's own draft length (each drafter at the k
+    it was chosen for, in one interleaved run; the run's --k otherwise); any other key is an option of the spec mode's drafter, by its full name
     (`quant_bits`) or without the drafter's prefix (`bits`). `weights` is for ar, nar and jacobi: spec always verifies with the fp32 target (its
     cheap reader is the drafter `quant`). Every variant runs interleaved with plain fp32 `ar`, so each
     ratio is one run's."""
@@ -57,6 +58,7 @@ class Mode:
     options: tuple[tuple[str, object], ...] = ()  # drafter options, as (name, value) pairs
     tree: str = "chain"
     tree_nodes: int | None = None  # None: the run's --tree-nodes
+    k: int | None = None  # None: the run's --k
 
     @property
     def peer(self) -> bool:
@@ -71,7 +73,7 @@ def parse_mode(text: str) -> Mode:
     if not ok:
         raise SpecDecError(f"unknown mode {text!r}: use ar, nar, jacobi, spec:DRAFTER ({', '.join(DRAFTERS)}) or "
                            f"{', '.join(PEER_MODES)}, each optionally followed by @key=value")
-    weights, options, tree, tree_nodes = "fp32", {}, "chain", None
+    weights, options, tree, tree_nodes, k = "fp32", {}, "chain", None, None
     known = [f.name for f in fields(OPTIONS[drafter])] if drafter in OPTIONS else []
     prefix = (drafter or "").replace("-", "_") + "_"
     for setting in settings:
@@ -90,22 +92,27 @@ def parse_mode(text: str) -> Mode:
             if not value.isdigit():
                 raise SpecDecError(f"mode {text!r}: nodes must be a whole number (got {value!r})")
             tree_nodes = int(value)
+        elif key == "k" and base == "spec":
+            if not value.isdigit() or int(value) < 1:
+                raise SpecDecError(f"mode {text!r}: k must be a whole number >= 1 (got {value!r})")
+            k = int(value)
         elif key in known or prefix + key in known:
             options[key if key in known else prefix + key] = _number(value)
         else:
-            allowed = ["weights"] * (base in ("ar", "nar", "jacobi")) + ["tree", "nodes"] * (base == "spec") + \
+            allowed = ["weights"] * (base in ("ar", "nar", "jacobi")) + ["tree", "nodes", "k"] * (base == "spec") + \
                 [k.removeprefix(prefix) for k in known]
             raise SpecDecError(f"mode {text!r}: unknown setting {key!r}" +
                                (f" (choose {', '.join(allowed)})" if allowed else " (this mode takes none)"))
     return Mode(text, head if head in PEER_MODES else base, drafter or None, weights, tuple(options.items()), tree,
-                tree_nodes)
+                tree_nodes, k)
 
 
 def mode_config(config: GenerationConfig, mode: Mode) -> GenerationConfig:
     """`config` (the run's settings) as this mode decodes it: its loop, its drafter and the drafter's options."""
     return replace(config, mode=mode.base, drafter=mode.drafter or config.drafter,
                    drafter_options={**config.drafter_options, **dict(mode.options)},
-                   tree=mode.tree if mode.base == "spec" else "chain", tree_nodes=mode.tree_nodes or config.tree_nodes)
+                   tree=mode.tree if mode.base == "spec" else "chain", tree_nodes=mode.tree_nodes or config.tree_nodes,
+                   k=mode.k or config.k)
 
 
 def _number(value: str) -> object:
@@ -223,7 +230,9 @@ def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config
         token_ids += ids
         messages.append({"role": "assistant", "content": lm.decode(ids)})
     hf_mode = mode.peer
+    # "k" is the run's (the sweep point ar ran at, which the ratios pair by); "draft_k" what this mode drafted.
     return {"prompt_id": case.id, "category": case.category, "mode": mode.label, "k": config.k,
+            "draft_k": mode_config(config, mode).k if mode.base == "spec" else None,
             "temperature": config.temperature, "token_ids": token_ids, "text": lm.decode(token_ids),
             "new_tokens": len(token_ids), "wall_s": wall, "ttft_s": None if hf_mode else ttft,
             "target_forwards": None if hf_mode else forwards,
@@ -281,6 +290,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
         ttfts = [r["ttft_s"] for r in rows if r.get("ttft_s") is not None]
         summary[label] = {
             "speedup_vs_ar": geomean(ratios),
+            "draft_k": rows[0].get("draft_k"),
             "mean_accepted_length": statistics.mean(taus) if taus else None,
             "acceptance_rate": statistics.mean(rates) if rates else None,
             "identical_to_ar": f"{sum(bool(r.get('identical_to_ar')) for r in greedy)}/{len(greedy)}" if greedy else None,
@@ -341,6 +351,9 @@ def run_bench(args) -> dict:
     ensure_writable(args.out)
     lm = load_model(args.model, args.device, args.dtype)
     sweeps = [(k, t) for k in args.k for t in args.temperature]
+    own_k = [m.label for m in modes if m.k is not None]
+    if own_k and len(args.k) > 1:
+        raise SpecDecError(f"{own_k[0]} drafts its own k: run it without a sweep over --k (got {len(args.k)} values)")
     for k, t in sweeps:  # validate every setting before the first long run
         check(config_from_args(args, "spec", k, t), lm, 1)
         for mode in modes:
