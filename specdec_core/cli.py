@@ -179,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--data-shards", type=int, help="train on the corpus's first N shards (default: all; pins a resumed run)")
     td.add_argument("--features", choices=("cache", "online"), default="cache",
                     help="the target's states: computed once into SPECDEC_CACHE/features (default) or in every step")
+    td.add_argument("--feature-workers", type=int, default=0,
+                    help="with --features online: N processes (one thread each) build the coming batches' target "
+                         "states while this one, on one thread too, trains (default 0: built here, between steps); "
+                         "the same weights, bit for bit, as one one-thread process")
     td.add_argument("--smoke", action="store_true", help="a few steps on tiny, end to end (data made if missing)")
     td.add_argument("--init", help="warm start: 'shipped' (the repository's weights of this kind) or a weights folder; "
                                    "the optimizer state follows from the cache when this machine exported them")

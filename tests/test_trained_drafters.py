@@ -286,6 +286,46 @@ def test_kinds_trained_together_end_with_the_weights_each_gets_alone(smoke_runs,
         train_steps(sd.load_model("tiny"), probe, [])
 
 
+def test_batches_built_by_a_feature_worker_train_the_same_bits(smoke_runs, monkeypatch, tmp_path):
+    """`--feature-workers 1`: a spawned process builds the coming batches' online features while this one
+    trains; with one thread everywhere the weights equal a one-process run's bit for bit — and the
+    comparison catches a pipeline that hands over the batch one step ahead."""
+    from specdec_core.training import train as train_module
+    from specdec_core.training.prefetch import Prefetcher, TrainSplit
+
+    cache, _ = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        argv = ["train-draft", "--kind", "heads,eagle", "--smoke", "--features", "online"]
+        assert main([*argv, "--out", str(tmp_path / "here")]) == 0
+        assert main([*argv, "--feature-workers", "1", "--stop-after", "4", "--out", str(tmp_path / "ahead")]) == 0
+        assert main([*argv, "--feature-workers", "1", "--resume", "--out", str(tmp_path / "ahead")]) == 0
+        states = lambda root, kind: torch.load(root / kind / "checkpoint.pt", weights_only=False)  # noqa: E731
+        for kind in ("heads", "eagle"):
+            here, ahead = states(tmp_path / "here", kind), states(tmp_path / "ahead", kind)
+            assert ahead["step"] == 6 and [e["loss"] for e in ahead["log"]] == [e["loss"] for e in here["log"]]
+            assert all(torch.equal(here["module"][n], ahead["module"][n]) for n in here["module"])
+
+        # The same start and worker through the API: equal as above, and other weights when its batches
+        # are taken one step ahead.
+        tiny = sd.load_model("tiny")
+        config = train_module.TrainConfig(**states(tmp_path / "here", "heads")["config"])  # the smoke run's own
+        split = TrainSplit(config.data, config.data_shards, config.data_tokens, train_module.feature_layers(tiny, "heads"))
+        here = states(tmp_path / "here", "heads")["module"]
+        for shift in (0, 1):
+            run = train_module.open_training(tiny, config, [], [], False, tmp_path / f"shift{shift}")
+            with Prefetcher(tiny, split, range(shift, 6 + shift), config.batch_size, config.seed) as prefetched:
+                train_module.train_steps(tiny, run, [], batches=lambda step: prefetched.batch(step + shift))
+            same = all(torch.equal(here[n], t) for n, t in run.module.state_dict().items())
+            assert same == (shift == 0), shift
+        with Prefetcher(tiny, split, range(0, 2), 8, 0) as prefetched, pytest.raises(SpecDecError, match="in order"):
+            prefetched.batch(1)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_warm_start_goes_on_in_the_data_order_where_its_sittings_stopped(smoke_runs, monkeypatch, tmp_path):
     from specdec_core.training import train as train_module
 
@@ -408,6 +448,9 @@ def test_eval_draft_prompts_cli_on_tiny(tmp_path, capsys):
     (["train-draft", "--kind", "eagle", "--smoke", "--lr", "2"], "lr must be in (0, 1)"),
     (["train-draft", "--kind", "heads", "--data", "/nonexistent/run"], "no corpus at /nonexistent/run"),
     (["train-draft", "--kind", "heads,medusa", "--smoke"], "unknown drafter kind 'medusa'"),
+    (["train-draft", "--kind", "heads", "--smoke", "--feature-workers", "1"], "add --features online"),
+    (["train-draft", "--kind", "heads", "--smoke", "--features", "online", "--feature-workers", "-1"],
+     "--feature-workers must be >= 0"),
     (["train-curve", "--model", "tiny", "--sizes", "", "--out", "x.json"], "--sizes may be empty only with --templates-size"),
 ])
 def test_bad_training_arguments_exit_2_with_one_line(capsys, argv, message):

@@ -83,10 +83,18 @@ def run_train_draft_command(args) -> None:
     from ..drafters.weights import entry
     from ..models import load_model
     from .corpus import prefix, read_manifest
-    from .train import (KINDS, TrainConfig, evaluate, export, init_root, load_data, open_training, steps_taken,
-                        train_steps, weights_root)
+    import torch
+
+    from ..errors import SpecDecError
+    from .prefetch import Prefetcher, TrainSplit
+    from .train import (KINDS, TrainConfig, data_steps, evaluate, export, feature_layers, init_root, load_data,
+                        open_training, steps_taken, train_steps, weights_root)
 
     kinds = train_kinds(args.kind)
+    if args.feature_workers and args.features != "online":
+        raise SpecDecError("--feature-workers builds online features: add --features online (the cache has them already)")
+    if args.feature_workers < 0:
+        raise SpecDecError(f"--feature-workers must be >= 0 (got {args.feature_workers})")
     model = "tiny" if args.smoke else args.model
     steps = args.steps if args.steps is not None else (6 if args.smoke else 1200)
     configs = [TrainConfig(kind=kind, model=model, steps=steps, batch_size=args.batch_size, lr=args.lr if args.lr is not None else 1e-3,
@@ -124,7 +132,15 @@ def run_train_draft_command(args) -> None:
               f"N = {len(run.vocab)}; run folder {run.folder}")
     with tqdm(total=sum(r.config.steps for r in runs), initial=sum(r.step for r in runs),
               desc=f"train-draft {','.join(kinds)}", unit="step") as bar:
-        train_steps(lm, runs, train, args.stop_after, bar)
+        if not args.feature_workers:
+            train_steps(lm, runs, train, args.stop_after, bar)
+        else:
+            torch.set_num_threads(1)  # one thread here too: the same numbers as one one-thread process
+            split = TrainSplit(str(folder), shards, tokens, feature_layers(lm, kinds))
+            first = runs[0].config
+            with Prefetcher(lm, split, data_steps(runs, args.stop_after), first.batch_size, first.seed,
+                            args.feature_workers) as prefetched:
+                train_steps(lm, runs, train, args.stop_after, bar, prefetched.batch)
     # Several finished kinds are each evaluated (and calibrated): compute the held-out states once for all,
     # and only now, so that a sitting which stops before the end never pays for them.
     if sum(run.step >= run.config.steps for run in runs) > 1:

@@ -18,6 +18,7 @@ import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -206,20 +207,35 @@ def _data_step(run: TrainRun) -> int:
     return run.config.data_offset + run.step
 
 
+def _end(run: TrainRun, stop_after: int | None) -> int:
+    return run.config.steps if stop_after is None else min(run.config.steps, run.step + stop_after)
+
+
+def data_steps(runs: list[TrainRun], stop_after: int | None = None) -> range:
+    """The batches (data steps) `train_steps` will take, in order: from where the runs stand to where the
+    last of them stops."""
+    start = _data_step(runs[0])
+    return range(start, start + max(_end(r, stop_after) - r.step for r in runs))
+
+
 def train_steps(lm: LoadedModel, runs: TrainRun | list[TrainRun], train: list[Sequence], stop_after: int | None = None,
-                bar=None) -> None:
+                bar=None, batches: Callable[[int], Batch] | None = None) -> None:
     """Train each run from run.step to its config.steps (or `stop_after` steps of this sitting), checkpointing.
 
     Several runs (drafter kinds) train together on one stream of batches: a batch is built once — with
-    online features that is the target's forward, ~80 % of a step — and every run takes its step on it.
-    They must stand at the same place in the same data order (batch size, seed, data_offset + step)."""
+    online features that is the target's forward, ~40 % of a joint step of five kinds — and every run
+    takes its step on it. They must stand at the same place in the same data order (batch size, seed,
+    data_offset + step). `batches(step)` builds data step `step`'s batch (default `batch_at` on
+    `train`, here; prefetch.py builds them ahead in other processes)."""
     runs = [runs] if isinstance(runs, TrainRun) else list(runs)
     order = {(r.config.batch_size, r.config.seed, _data_step(r)) for r in runs}
     if len(order) > 1:
         raise SpecDecError("runs trained together must share batch size, seed and place in the data "
                            f"(batch size, seed, batch index: {sorted(order)}): train them separately")
     final = lm.model.config.num_hidden_layers
-    ends = {id(r): r.config.steps if stop_after is None else min(r.config.steps, r.step + stop_after) for r in runs}
+    ends = {id(r): _end(r, stop_after) for r in runs}
+    config = runs[0].config
+    batches = batches or (lambda step: batch_at(train, step, config.batch_size, config.seed))
     for run in runs:
         run.module.train()
     while True:
@@ -227,8 +243,7 @@ def train_steps(lm: LoadedModel, runs: TrainRun | list[TrainRun], train: list[Se
         if not live:
             break
         start = time.perf_counter()
-        first = live[0].config
-        batch = batch_at(train, _data_step(live[0]), first.batch_size, first.seed).to(lm.device)
+        batch = batches(_data_step(live[0])).to(lm.device)
         shared = (time.perf_counter() - start) / len(live)  # the batch's cost, split between the runs that use it
         for run in live:
             start = time.perf_counter()
@@ -386,11 +401,15 @@ def load_data(lm: LoadedModel, folder: Path, kinds: str | tuple[str, ...], featu
     corpus = load_corpus(folder, shards, tokens, sources)
     if corpus.manifest["model"]["name"] != lm.name:
         raise SpecDecError(f"{folder} holds a corpus of {corpus.manifest['model']['name']}, not {lm.name}")
-    kinds = (kinds,) if isinstance(kinds, str) else kinds
-    layers = tuple(sorted({layer for kind in kinds for layer in layers_needed(kind, lm)}))
-    train, heldout = load_splits(lm, corpus, layers, features, on_sequence)
+    train, heldout = load_splits(lm, corpus, feature_layers(lm, kinds), features, on_sequence)
     return train, heldout, corpus.manifest
 
 
-__all__ = ["KINDS", "TrainConfig", "layers_needed", "TrainRun", "WEIGHTS_DIR", "evaluate", "export", "load_data", "open_training",
-           "steps_taken", "train_steps", "weights_root"]
+def feature_layers(lm: LoadedModel, kinds: str | tuple[str, ...]) -> tuple[int, ...]:
+    """The target layers the kind(s) train on: several kinds get the union, from one forward."""
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    return tuple(sorted({layer for kind in kinds for layer in layers_needed(kind, lm)}))
+
+
+__all__ = ["KINDS", "TrainConfig", "layers_needed", "TrainRun", "WEIGHTS_DIR", "data_steps", "evaluate", "export", "feature_layers",
+           "load_data", "open_training", "steps_taken", "train_steps", "weights_root"]
