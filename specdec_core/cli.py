@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --features online: N processes (one thread each) build the coming batches' target "
                          "states while this one, on one thread too, trains (default 0: built here, between steps); "
                          "the same weights, bit for bit, as one one-thread process")
+    td.add_argument("--curve-point", type=Path, metavar="CURVE.json",
+                    help="also train the whole-corpus point of this scaling curve (train-curve's settings, from scratch) "
+                         "on these batches, from where this run stands; scored into the file when it finishes")
     td.add_argument("--smoke", action="store_true", help="a few steps on tiny, end to end (data made if missing)")
     td.add_argument("--init", help="warm start: 'shipped' (the repository's weights of this kind) or a weights folder; "
                                    "the optimizer state follows from the cache when this machine exported them")

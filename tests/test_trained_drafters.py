@@ -648,3 +648,34 @@ def test_train_curve_trains_each_point_once_and_keeps_the_points_it_has(smoke_ru
     capsys.readouterr()
     assert main([*argv, "--sizes", "40", "--steps", "4"]) == 2
     assert "other settings" in capsys.readouterr().err
+
+
+def test_the_whole_corpus_point_rides_on_a_joint_run_and_equals_the_point_trained_alone(smoke_runs, monkeypatch, tmp_path, capsys):
+    """`train-draft --curve-point CURVE`: the curve's whole-corpus point trains on the joint run's batches
+    (no forward of its own) and ends with the weights and scores `train-curve` gives it alone."""
+    from specdec_core.training.corpus import read_manifest
+    from specdec_core.training.train import TrainConfig
+
+    cache, _ = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    corpus = cache / "corpus" / "tiny" / "smoke"
+    whole = f"all-{read_manifest(corpus)['totals']['response_tokens']}"
+    curve = ["train-curve", "--model", "tiny", "--data", str(corpus), "--steps", "4", "--categories", "chat",
+             "--max-new-tokens", "8"]
+    assert main([*curve, "--sizes", whole.split("-")[1], "--out", str(tmp_path / "alone.json")]) == 0
+    assert main([*curve, "--sizes", "40", "--out", str(tmp_path / "riding.json")]) == 0
+    joint = ["train-draft", "--kind", "heads,eagle", "--smoke", "--features", "online", "--curve-point",
+             str(tmp_path / "riding.json")]
+    assert main([*joint, "--out", str(tmp_path / "joint")]) == 0
+    alone = json.loads((tmp_path / "alone.json").read_text())["points"][whole]
+    ridden = json.loads((tmp_path / "riding.json").read_text())["points"][whole]
+    assert ridden["data_offset"] == 0 and ridden["categories"] == alone["categories"]
+    rider = torch.load(cache / "training-runs" / "tiny" / f"curve-riding-{whole}" / "checkpoint.pt", weights_only=False)
+    trained = torch.load(cache / "training-runs" / "tiny" / TrainConfig(**rider["config"]).run_key() / "checkpoint.pt",
+                         weights_only=False)
+    assert rider["step"] == 4 and max(float((t - rider["module"][n]).abs().max()) for n, t in trained["module"].items()) <= 1e-6
+    capsys.readouterr()
+    assert main([*joint, "--out", str(tmp_path / "again")]) == 0  # the point is there: nothing rides
+    assert "nothing rides along" in capsys.readouterr().out
+    assert main([*joint, "--data-shards", "1", "--out", str(tmp_path / "part")]) == 2
+    assert "whole corpus" in capsys.readouterr().err

@@ -86,6 +86,8 @@ def run_train_draft_command(args) -> None:
     import torch
 
     from ..errors import SpecDecError
+    from .curve import record_riding_point, riding_run
+    from .kinds import layers_needed
     from .prefetch import Prefetcher, TrainSplit
     from .train import (KINDS, TrainConfig, data_steps, evaluate, export, feature_layers, init_root, load_data,
                         open_training, steps_taken, train_steps, weights_root)
@@ -126,21 +128,36 @@ def run_train_draft_command(args) -> None:
         train, heldout, manifest = load_data(lm, folder, kinds, args.features, shards, tokens=tokens, on_sequence=bar.update)
     runs = [open_training(lm, c, train, heldout, args.resume, args.out / c.kind if args.out and len(kinds) > 1 else args.out)
             for c in configs]
+    rider = None
+    if args.curve_point:
+        if shards != len(read_manifest(folder)["shards"]) or tokens:
+            raise SpecDecError("--curve-point rides on a run over the whole corpus: drop --data-shards / --data-tokens")
+        rider = riding_run(lm, folder, args.curve_point, train, heldout, runs[0].config.data_offset + runs[0].step)
+        if rider is not None and not set(layers_needed(rider.config.kind, lm)) <= set(feature_layers(lm, kinds)):
+            raise SpecDecError(f"the curve's {rider.config.kind} reads target layers these kinds' batches lack: "
+                               f"add {rider.config.kind} to --kind")
+        print(f"{args.curve_point.name}: its whole-corpus point rides along" if rider else
+              f"{args.curve_point.name} has its whole-corpus point already: nothing rides along")
     for run in runs:
         print(f"{run.config.kind}: {len(train)} training sequences ({manifest['totals']['response_tokens']} response tokens, "
               f"{shards} shards of {folder}; batches from {run.config.data_offset + run.step}), reduced vocabulary "
               f"N = {len(run.vocab)}; run folder {run.folder}")
-    with tqdm(total=sum(r.config.steps for r in runs), initial=sum(r.step for r in runs),
+    trained = runs + ([rider] if rider is not None else [])
+    with tqdm(total=sum(r.config.steps for r in trained), initial=sum(r.step for r in trained),
               desc=f"train-draft {','.join(kinds)}", unit="step") as bar:
         if not args.feature_workers:
-            train_steps(lm, runs, train, args.stop_after, bar)
+            train_steps(lm, trained, train, args.stop_after, bar)
         else:
             torch.set_num_threads(1)  # one thread here too: the same numbers as one one-thread process
             split = TrainSplit(str(folder), shards, tokens, feature_layers(lm, kinds))
             first = runs[0].config
-            with Prefetcher(lm, split, data_steps(runs, args.stop_after), first.batch_size, first.seed,
+            with Prefetcher(lm, split, data_steps(trained, args.stop_after), first.batch_size, first.seed,
                             args.feature_workers) as prefetched:
-                train_steps(lm, runs, train, args.stop_after, bar, prefetched.batch)
+                train_steps(lm, trained, train, args.stop_after, bar, prefetched.batch)
+    if rider is not None and rider.step >= rider.config.steps:
+        point = record_riding_point(lm, folder, args.curve_point, rider, train)
+        print(f"{args.curve_point.name}: point {point['sources']}-{point['tokens']} " + "  ".join(
+            f"{c} s1 {row['s1']:.3f}" for c, row in point["categories"].items()))
     # Several finished kinds are each evaluated (and calibrated): compute the held-out states once for all,
     # and only now, so that a sitting which stops before the end never pays for them.
     if sum(run.step >= run.config.steps for run in runs) > 1:

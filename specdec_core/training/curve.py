@@ -9,6 +9,10 @@ answers to the suite's chat, qa and story prompts, walked the way the decode loo
 shared by every point. Points are written to the JSON as they finish, and a rerun skips those done,
 so the curve grows across sittings like the corpus does. `--ship` writes chosen points' weights beside
 the JSON (`<out stem>/<point>/`), so a lesson can load two points and measure them again.
+
+The whole-corpus point can also ride on a `train-draft` run over the same corpus (`--curve-point`):
+that run's batches are exactly the point's, so the point pays only its own steps, not a target forward
+per batch; it starts where the run stands in the data order (recorded as its `data_offset`).
 """
 from __future__ import annotations
 
@@ -17,12 +21,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from ..drafters import ReducedVocab
 from ..errors import SpecDecError
-from ..models import LoadedModel
-from ..suite import PromptCase
+from ..models import LoadedModel, cache_dir
+from ..suite import PROMPTS_DIR, PromptCase, load_prompts
 from ..target import Target
-from .batches import decoded_sequence
+from .batches import Sequence, decoded_sequence
 from .corpus import read_manifest
 from .kinds import layers_needed
 from .on_prompts import answer, coverage
@@ -119,3 +125,53 @@ def run_curve(lm: LoadedModel, folder: Path, out: Path, points: list[Point], con
                                f"retrain it with the same settings into another --out, then ship it")
         ship(lm, run, heldout, used, out, point.name)
     return result
+
+
+def whole_corpus_point(folder: Path) -> Point:
+    return Point(read_manifest(folder)["totals"]["response_tokens"], "all")
+
+
+def riding_run(lm: LoadedModel, folder: Path, out: Path, train: list[Sequence], heldout: list[Sequence],
+               data_step: int) -> TrainRun | None:
+    """The whole-corpus point of the curve in `out` (its settings, from scratch) as a run that trains on
+    another run's batches from `data_step` on, resumed from its own folder when an earlier sitting began
+    it; None when `out` has the point already. `train` must be the whole corpus of `folder`."""
+    if not out.exists():
+        raise SpecDecError(f"{out} holds no scaling curve yet: start it with train-curve, then let its whole-corpus point ride")
+    result = json.loads(out.read_text())
+    point = whole_corpus_point(folder)
+    if point.name in result["points"]:
+        return None
+    setting = result["setting"]
+    run_folder = cache_dir() / "training-runs" / lm.name / f"curve-{out.stem}-{point.name}"
+    checkpoint = run_folder / "checkpoint.pt"
+    if checkpoint.exists():
+        config = TrainConfig(**torch.load(checkpoint, weights_only=False, map_location="cpu")["config"])
+    else:
+        config = TrainConfig(kind=setting["kind"], model=lm.name, steps=setting["steps"], batch_size=setting["batch_size"],
+                             lr=setting["lr"], warmup=min(50, setting["steps"]), vocab=setting["vocab"],
+                             checkpoint_every=min(100, setting["steps"]), data=str(folder),
+                             data_shards=len(read_manifest(folder)["shards"]), data_tokens=point.tokens,
+                             data_offset=data_step)
+    run = open_training(lm, config, train, heldout, resume=True, out=run_folder)
+    if config.data_offset + run.step != data_step:
+        raise SpecDecError(f"the riding point stopped at batch {config.data_offset + run.step} of the data order and this run "
+                           f"stands at {data_step}: resume the run it rode on from the same place")
+    return run
+
+
+def record_riding_point(lm: LoadedModel, folder: Path, out: Path, run: TrainRun, train: list[Sequence]) -> dict:
+    """Score a finished riding run like every other point (the suite's answers decoded now) and add it to `out`."""
+    result = json.loads(out.read_text())
+    setting, point = result["setting"], whole_corpus_point(folder)
+    cases = {c.id: c for c in load_prompts(PROMPTS_DIR / "suite.jsonl")}
+    missing = sorted(set(setting["prompts"]) - set(cases))
+    if missing:
+        raise SpecDecError(f"{out} was scored on prompts the suite no longer has ({missing[0]}): score it with train-curve")
+    scored = answers(lm, run.config.kind, [cases[i] for i in setting["prompts"]], setting["max_new_tokens"])
+    result["points"][point.name] = {
+        **asdict(point), "sequences": len(train), "response_tokens": sum(s.rows - 1 for s in train),
+        "categories": score(lm, run.config.kind, run.module, run.vocab, scored, setting["k"]),
+        "train_wall_s": round(run.wall_s, 1), "data_offset": run.config.data_offset}
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return result["points"][point.name]
