@@ -231,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     ed.add_argument("--model", default="smollm2-135m")
     ed.add_argument("--data", type=Path, help="the corpus folder (default: the committed data/MODEL)")
     ed.add_argument("--weights", type=Path, help="a weights folder other than the shipped one (holding MODEL/KIND.safetensors)")
+    ed.add_argument("--checkpoint", type=Path, metavar="RUN",
+                    help="a train-draft run folder (SPECDEC_CACHE/training-runs/MODEL/KIND-...): evaluate its latest "
+                         "checkpoint, a run's progress before it finishes")
     ed.add_argument("--smoke", action="store_true", help="evaluate on the smoke data run (tiny)")
     ed.add_argument("--k", type=int, default=8, help="draft positions to evaluate (default 8)")
     ed.add_argument("--limit", type=int, help="at most N held-out sequences (with --prompts: N prompts)")

@@ -16,6 +16,7 @@ from specdec_core.drafters import MIX_MODELS, TRAINED, Draft, Drafter, EagleNet,
 from specdec_core.drafters import weights as weights_module
 from specdec_core.errors import SpecDecError
 from specdec_core.training.kinds import KINDS
+from specdec_core.training import train as train_module
 from test_sampling import first_spec_tokens, output_distribution
 from test_serving import IDLE, SATURATED, serve
 
@@ -367,6 +368,30 @@ def test_eval_draft_reports_per_position_survival(smoke_runs, monkeypatch, capsy
     assert len(survival) == 4 and all(a >= b for a, b in zip(survival, survival[1:]))
     assert result["greedy"]["tau"]["4"] == pytest.approx(1 + sum(survival))
     assert 1 <= result["greedy"]["tau_walked"]["4"] <= 5
+
+
+def test_eval_draft_scores_a_runs_checkpoint_before_it_exports(smoke_runs, monkeypatch, capsys, tmp_path, tiny):
+    cache, runs = smoke_runs
+    monkeypatch.setenv("SPECDEC_CACHE", str(cache))
+    split = tmp_path / "split"
+    assert main(["train-draft", "--kind", "eagle", "--smoke", "--stop-after", "2", "--out", str(split)]) == 0
+    module, info = train_module.load_checkpoint(tiny, split, "eagle")
+    saved = torch.load(split / "checkpoint.pt", weights_only=False)["module"]
+    assert info["step"] == 2 and all(torch.equal(module.state_dict()[n], saved[n]) for n in saved)
+    # and the check can fail: the finished run's checkpoint holds other weights
+    finished, _ = train_module.load_checkpoint(tiny, runs["eagle"], "eagle")
+    assert any(not torch.equal(finished.state_dict()[n], saved[n]) for n in saved)
+    capsys.readouterr()
+    assert main(["eval-draft", "--kind", "eagle", "--model", "tiny", "--smoke", "--checkpoint", str(split),
+                 "--k", "4", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["checkpoint"]["step"] == 2 and len(result["greedy"]["survival"]) == 4
+    for argv, message in [(["--kind", "heads", "--checkpoint", str(split)], "holds a eagle run on tiny, not heads on tiny"),
+                          (["--kind", "eagle", "--checkpoint", str(tmp_path)], "no checkpoint.pt in"),
+                          (["--kind", "eagle", "--checkpoint", str(split), "--weights", str(split)], "pass one")]:
+        assert main(["eval-draft", "--model", "tiny", "--smoke", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err
 
 
 def test_eval_draft_chooses_k_from_a_cost_model(smoke_runs, monkeypatch, capsys, tmp_path):

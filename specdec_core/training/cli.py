@@ -164,7 +164,7 @@ def run_train_draft_command(args) -> None:
         heldout = [replace(s, hidden=s.features()) for s in heldout]
     for run in runs:
         if run.step < run.config.steps:
-            print(f"{run.config.kind}: stopped at step {run.step} of {run.config.steps} (checkpointed): continue with --resume")
+            print(f"{run.config.kind}: stopped at step {run.step} of {run.config.steps} (checkpointed in {run.folder}): continue with --resume")
             continue
         calibration = None
         if KINDS[run.config.kind].calibrate is not None:
@@ -186,17 +186,25 @@ def run_eval_draft_command(args) -> None:
     from ..drafters.weights import drafter_module, load_module
     from ..models import load_model
     from ..errors import SpecDecError
-    from .train import KINDS, evaluate, load_data
+    from .train import KINDS, evaluate, load_checkpoint, load_data
 
     if args.kind not in KINDS:
         raise SpecDecError(f"unknown drafter kind {args.kind!r}: choose one of {', '.join(KINDS)}")
+    if args.weights and args.checkpoint:
+        raise SpecDecError("--weights and --checkpoint both name the weights to evaluate: pass one")
     cases = prompt_cases(args) if args.prompts else None  # bad prompts or settings fail before the model loads
     costs = cost_model(args) if args.costs else None
     lm = load_model(args.model, args.device, "float32")
     cls = KINDS[args.kind].cls
-    module = load_module(lm.name, args.kind, cls, args.weights) if args.weights else drafter_module(lm, args.kind, cls)
+    checkpoint = None
+    if args.checkpoint:
+        module, checkpoint = load_checkpoint(lm, args.checkpoint, args.kind)
+        if not args.json:
+            print(f"{args.kind}: the checkpoint of {checkpoint['folder']}, step {checkpoint['step']} of {checkpoint['steps']}")
+    else:
+        module = load_module(lm.name, args.kind, cls, args.weights) if args.weights else drafter_module(lm, args.kind, cls)
     if cases is not None:
-        eval_on_prompts(args, lm, module, cases)
+        eval_on_prompts(args, lm, module, cases, checkpoint)
         return
     folder = data_folder(args, lm)
     # The held-out split only: its states computed here, once each ("online"), never the training split's
@@ -214,6 +222,8 @@ def run_eval_draft_command(args) -> None:
         print(f"calibration ({report['test_sequences']} test sequences, {report['greedy']['blocks']} blocks) -> {args.calibration}: "
               "greedy ECE after scaling " + " ".join(f"{p['ece_after']:.1%}" for p in greedy))
     result = evaluate(lm, args.kind, module, vocab, heldout, args.k)
+    if checkpoint is not None:
+        result["checkpoint"] = checkpoint
     if costs is not None:  # the greedy split: the suite's targets are greedy
         result["choose_k"] = choose_k(result["greedy"]["tau_walked"], costs, args.kind)
     if args.json:
@@ -282,7 +292,7 @@ def prompt_cases(args) -> list:
     return cases[:args.limit] if args.limit else cases
 
 
-def eval_on_prompts(args, lm, module, cases: list) -> None:
+def eval_on_prompts(args, lm, module, cases: list, checkpoint: dict | None = None) -> None:
     """`eval-draft --prompts FILE`: offline acceptance and the decode loop's on the same answers."""
     import json
 
@@ -291,11 +301,13 @@ def eval_on_prompts(args, lm, module, cases: list) -> None:
     from ..drafters import module_vocab
     from .on_prompts import compare_on_prompts
 
-    loop = args.weights is None  # the decode loop runs the shipped weights
+    loop = args.weights is None and args.checkpoint is None  # the decode loop runs the shipped weights
     vocab = module_vocab(module, lm.model.lm_head.weight)
     with tqdm(total=len(cases), desc=f"eval-draft {args.kind} on {args.prompts.name}", unit="prompt") as bar:
         result = compare_on_prompts(lm, args.kind, module, vocab, cases, args.k, args.max_new_tokens, loop, bar.update)
     result["prompts"] = args.prompts.name
+    if checkpoint is not None:
+        result["checkpoint"] = checkpoint
     if args.json:
         print(json.dumps(result, indent=1))
         return
@@ -311,7 +323,7 @@ def eval_on_prompts(args, lm, module, cases: list) -> None:
             line += f"  {row['loop']['survival'][0]:>7.3f} {row['loop']['tau']:>8.2f}"
         print(line)
     if not loop:
-        print("  (the decode loop runs the shipped weights: no loop columns for --weights)")
+        print("  (the decode loop runs the shipped weights: no loop columns for --weights or --checkpoint)")
 
 
 def run_train_curve_command(args) -> None:

@@ -150,8 +150,7 @@ def open_training(lm: LoadedModel, config: TrainConfig, train: list[Sequence], h
         state = torch.load(checkpoint, weights_only=False, map_location=lm.device)
         if state["config"] != config.settings():
             raise SpecDecError(f"{checkpoint} was written with other settings: resume it with its own")
-        module = build_module(config, lm, state["vocab_ids"]) if not config.init else warm_start(config, lm)[0]
-        module.load_state_dict(state["module"])
+        module = checkpoint_module(lm, config, state)
         report, optimizer_state, history = state["vocab_report"], state["optimizer"], state.get("history", [])
     elif config.init:
         module, start = warm_start(config, lm)
@@ -172,6 +171,29 @@ def open_training(lm: LoadedModel, config: TrainConfig, train: list[Sequence], h
     if checkpoint.exists():
         run.step, run.log, run.wall_s = state["step"], state["log"], state["wall_s"]
     return run
+
+
+def checkpoint_module(lm: LoadedModel, config: TrainConfig, state: dict) -> torch.nn.Module:
+    """The module a checkpoint holds (float32): shaped as its run built it (a warm start as the weights it
+    started from, a fresh run from its vocabulary), then loaded with the checkpoint's tensors."""
+    module = build_module(config, lm, state["vocab_ids"]) if not config.init else warm_start(config, lm)[0]
+    module.load_state_dict(state["module"])
+    return module
+
+
+def load_checkpoint(lm: LoadedModel, folder: Path, kind: str) -> tuple[torch.nn.Module, dict]:
+    """A training run's latest checkpoint as a module, and its step: a run's progress scored mid-way
+    (`eval-draft --checkpoint`), before it finishes and exports."""
+    path = folder / "checkpoint.pt"
+    if not path.is_file():
+        raise SpecDecError(f"no checkpoint.pt in {folder}: pass a train-draft run folder "
+                           f"(SPECDEC_CACHE/training-runs/MODEL/KIND-...)")
+    state = torch.load(path, weights_only=False, map_location=lm.device)
+    config = TrainConfig(**state["config"])
+    if (config.kind, config.model) != (kind, lm.name):
+        raise SpecDecError(f"{path} holds a {config.kind} run on {config.model}, not {kind} on {lm.name}")
+    return checkpoint_module(lm, config, state).to(lm.device).eval(), {
+        "folder": folder.name, "step": state["step"], "steps": config.steps, "wall_s": round(state["wall_s"], 1)}
 
 
 def sitting_of(card: dict) -> dict:
