@@ -702,5 +702,13 @@ def test_the_whole_corpus_point_rides_on_a_joint_run_and_equals_the_point_traine
     capsys.readouterr()
     assert main([*joint, "--out", str(tmp_path / "again")]) == 0  # the point is there: nothing rides
     assert "nothing rides along" in capsys.readouterr().out
+    # a sitting stopped after the rider finished but before scoring it: the next sitting, standing
+    # elsewhere in the data order, scores the finished point instead of refusing it
+    unscored = json.loads((tmp_path / "riding.json").read_text())
+    del unscored["points"][whole]
+    (tmp_path / "riding.json").write_text(json.dumps(unscored))
+    assert main([*joint, "--steps", "2", "--out", str(tmp_path / "later")]) == 0
+    assert "finished training, scored after this sitting" in capsys.readouterr().out
+    assert json.loads((tmp_path / "riding.json").read_text())["points"][whole] == ridden
     assert main([*joint, "--data-shards", "1", "--out", str(tmp_path / "part")]) == 2
     assert "whole corpus" in capsys.readouterr().err

@@ -136,13 +136,14 @@ def run_train_draft_command(args) -> None:
         if rider is not None and not set(layers_needed(rider.config.kind, lm)) <= set(feature_layers(lm, kinds)):
             raise SpecDecError(f"the curve's {rider.config.kind} reads target layers these kinds' batches lack: "
                                f"add {rider.config.kind} to --kind")
-        print(f"{args.curve_point.name}: its whole-corpus point rides along" if rider else
-              f"{args.curve_point.name} has its whole-corpus point already: nothing rides along")
+        print(f"{args.curve_point.name} has its whole-corpus point already: nothing rides along" if rider is None else
+              f"{args.curve_point.name}: its whole-corpus point finished training, scored after this sitting"
+              if rider.step >= rider.config.steps else f"{args.curve_point.name}: its whole-corpus point rides along")
     for run in runs:
         print(f"{run.config.kind}: {len(train)} training sequences ({manifest['totals']['response_tokens']} response tokens, "
               f"{shards} shards of {folder}; batches from {run.config.data_offset + run.step}), reduced vocabulary "
               f"N = {len(run.vocab)}; run folder {run.folder}")
-    trained = runs + ([rider] if rider is not None else [])
+    trained = runs + ([rider] if rider is not None and rider.step < rider.config.steps else [])
     with tqdm(total=sum(r.config.steps for r in trained), initial=sum(r.step for r in trained),
               desc=f"train-draft {','.join(kinds)}", unit="step") as bar:
         if not args.feature_workers:

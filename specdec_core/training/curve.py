@@ -135,7 +135,8 @@ def riding_run(lm: LoadedModel, folder: Path, out: Path, train: list[Sequence], 
                data_step: int) -> TrainRun | None:
     """The whole-corpus point of the curve in `out` (its settings, from scratch) as a run that trains on
     another run's batches from `data_step` on, resumed from its own folder when an earlier sitting began
-    it; None when `out` has the point already. `train` must be the whole corpus of `folder`."""
+    it (finished already when a sitting stopped before scoring it); None when `out` has the point already.
+    `train` must be the whole corpus of `folder`."""
     if not out.exists():
         raise SpecDecError(f"{out} holds no scaling curve yet: start it with train-curve, then let its whole-corpus point ride")
     result = json.loads(out.read_text())
@@ -154,7 +155,7 @@ def riding_run(lm: LoadedModel, folder: Path, out: Path, train: list[Sequence], 
                              data_shards=len(read_manifest(folder)["shards"]), data_tokens=point.tokens,
                              data_offset=data_step)
     run = open_training(lm, config, train, heldout, resume=True, out=run_folder)
-    if config.data_offset + run.step != data_step:
+    if run.step < config.steps and config.data_offset + run.step != data_step:  # a finished point only waits to be scored
         raise SpecDecError(f"the riding point stopped at batch {config.data_offset + run.step} of the data order and this run "
                            f"stands at {data_step}: resume the run it rode on from the same place")
     return run
