@@ -14,6 +14,7 @@ unknown, its file missing, a key missing — raises MeasureError: never a blank.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -203,17 +204,29 @@ def _family() -> dict[str, Measure]:
     m["gap.eagle.chat.offline"] = Measure("gap", (*chat, "offline", "walked_survival", 0), "{:.3f}")
     m["gap.eagle.chat.loop"] = Measure("gap", (*chat, "loop", "survival", 0), "{:.3f}")
     m["gap.heads.qa.coverage"] = Measure("gap", ("kinds", "heads", "categories", "qa", "vocab_coverage"), "{:.0f} %", scale=100)
-    mix_points = {"templates": "templates-100000", "mixed": "all-100000"}  # §14: the same steps, 100k tokens each
+    # §14: the same steps at every point; the first two hold 100k tokens each
+    mix_points = {"templates": "templates-100000", "mixed": "all-100000", "mixed300k": "all-300000"}
 
-    def mean_s1(data: dict, point: str) -> float:  # s_1 averaged over the curve's categories (chat, qa, story)
-        rows = data["points"][point]["categories"].values()
-        return sum(row["s1"] for row in rows) / len(rows)
+    def point_s1(point: dict) -> float:  # s_1 averaged over the curve's categories (chat, qa, story)
+        return sum(row["s1"] for row in point["categories"].values()) / len(point["categories"])
+
+    def grown(data: dict) -> list[dict]:  # the all-source points: prefixes of one corpus, smallest first
+        return sorted((p for p in data["points"].values() if p["sources"] == "all"), key=lambda p: p["response_tokens"])
+
+    def per_tenfold(data: dict) -> float:  # least-squares slope of s_1 on log10(tokens) over the all-source points
+        x = [math.log10(p["response_tokens"]) for p in grown(data)]
+        y = [point_s1(p) for p in grown(data)]
+        mx, my = sum(x) / len(x), sum(y) / len(y)
+        return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
 
     for name, point in mix_points.items():
         m[f"curve.{name}.s1"] = Measure("curve", ("points", point, "categories"), "{:.3f}",
-                                        derive=lambda d, point=point: mean_s1(d, point))
+                                        derive=lambda d, point=point: point_s1(d["points"][point]))
     m["curve.mix_gain"] = Measure("curve", ("points",), "{:.2f}×", derive=lambda d: (
-        mean_s1(d, mix_points["mixed"]) / mean_s1(d, mix_points["templates"])))
+        point_s1(d["points"][mix_points["mixed"]]) / point_s1(d["points"][mix_points["templates"]])))
+    m["curve.largest.s1"] = Measure("curve", ("points",), "{:.3f}", derive=lambda d: point_s1(grown(d)[-1]))
+    m["curve.largest.tokens"] = Measure("curve", ("points",), "{:,.0f}", derive=lambda d: grown(d)[-1]["response_tokens"])
+    m["curve.per_tenfold"] = Measure("curve", ("points",), "{:+.3f}", derive=per_tenfold)
     for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
         m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
                                            "{:.1f} %", scale=100)
