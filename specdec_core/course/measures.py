@@ -204,8 +204,8 @@ def _family() -> dict[str, Measure]:
     m["gap.eagle.chat.offline"] = Measure("gap", (*chat, "offline", "walked_survival", 0), "{:.3f}")
     m["gap.eagle.chat.loop"] = Measure("gap", (*chat, "loop", "survival", 0), "{:.3f}")
     m["gap.heads.qa.coverage"] = Measure("gap", ("kinds", "heads", "categories", "qa", "vocab_coverage"), "{:.0f} %", scale=100)
-    # §14: the same steps at every point; the first two hold 100k tokens each
-    mix_points = {"templates": "templates-100000", "mixed": "all-100000", "mixed300k": "all-300000"}
+    # §14: the same steps at every point; the lessons name three of them (the two 100k points compare the mix)
+    named_points = {"templates": "templates-100000", "mixed": "all-100000", "mixed300k": "all-300000"}
 
     def point_s1(point: dict) -> float:  # s_1 averaged over the curve's categories (chat, qa, story)
         return sum(row["s1"] for row in point["categories"].values()) / len(point["categories"])
@@ -214,16 +214,17 @@ def _family() -> dict[str, Measure]:
         return sorted((p for p in data["points"].values() if p["sources"] == "all"), key=lambda p: p["response_tokens"])
 
     def per_tenfold(data: dict) -> float:  # least-squares slope of s_1 on log10(tokens) over the all-source points
-        x = [math.log10(p["response_tokens"]) for p in grown(data)]
-        y = [point_s1(p) for p in grown(data)]
+        points = grown(data)
+        x = [math.log10(p["response_tokens"]) for p in points]
+        y = [point_s1(p) for p in points]
         mx, my = sum(x) / len(x), sum(y) / len(y)
         return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
 
-    for name, point in mix_points.items():
+    for name, point in named_points.items():
         m[f"curve.{name}.s1"] = Measure("curve", ("points", point, "categories"), "{:.3f}",
                                         derive=lambda d, point=point: point_s1(d["points"][point]))
     m["curve.mix_gain"] = Measure("curve", ("points",), "{:.2f}×", derive=lambda d: (
-        point_s1(d["points"][mix_points["mixed"]]) / point_s1(d["points"][mix_points["templates"]])))
+        point_s1(d["points"][named_points["mixed"]]) / point_s1(d["points"][named_points["templates"]])))
     m["curve.largest.s1"] = Measure("curve", ("points",), "{:.3f}", derive=lambda d: point_s1(grown(d)[-1]))
     m["curve.largest.tokens"] = Measure("curve", ("points",), "{:,.0f}", derive=lambda d: grown(d)[-1]["response_tokens"])
     m["curve.per_tenfold"] = Measure("curve", ("points",), "{:+.3f}", derive=per_tenfold)

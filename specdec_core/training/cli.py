@@ -136,14 +136,17 @@ def run_train_draft_command(args) -> None:
         if rider is not None and not set(layers_needed(rider.config.kind, lm)) <= set(feature_layers(lm, kinds)):
             raise SpecDecError(f"the curve's {rider.config.kind} reads target layers these kinds' batches lack: "
                                f"add {rider.config.kind} to --kind")
-        print(f"{args.curve_point.name} has its whole-corpus point already: nothing rides along" if rider is None else
-              f"{args.curve_point.name}: its whole-corpus point finished training, scored after this sitting"
-              if rider.step >= rider.config.steps else f"{args.curve_point.name}: its whole-corpus point rides along")
+        if rider is None:
+            print(f"{args.curve_point.name} has its whole-corpus point already: nothing rides along")
+        elif rider.finished:
+            print(f"{args.curve_point.name}: its whole-corpus point finished training, scored after this sitting")
+        else:
+            print(f"{args.curve_point.name}: its whole-corpus point rides along")
     for run in runs:
         print(f"{run.config.kind}: {len(train)} training sequences ({manifest['totals']['response_tokens']} response tokens, "
               f"{shards} shards of {folder}; batches from {run.config.data_offset + run.step}), reduced vocabulary "
               f"N = {len(run.vocab)}; run folder {run.folder}")
-    trained = runs + ([rider] if rider is not None and rider.step < rider.config.steps else [])
+    trained = runs + ([rider] if rider is not None and not rider.finished else [])
     with tqdm(total=sum(r.config.steps for r in trained), initial=sum(r.step for r in trained),
               desc=f"train-draft {','.join(kinds)}", unit="step") as bar:
         if not args.feature_workers:
@@ -155,16 +158,16 @@ def run_train_draft_command(args) -> None:
             with Prefetcher(lm, split, data_steps(trained, args.stop_after), first.batch_size, first.seed,
                             args.feature_workers) as prefetched:
                 train_steps(lm, trained, train, args.stop_after, bar, prefetched.batch)
-    if rider is not None and rider.step >= rider.config.steps:
+    if rider is not None and rider.finished:
         point = record_riding_point(lm, folder, args.curve_point, rider, train)
         print(f"{args.curve_point.name}: point {point['sources']}-{point['tokens']} " + "  ".join(
             f"{c} s1 {row['s1']:.3f}" for c, row in point["categories"].items()))
     # Several finished kinds are each evaluated (and calibrated): compute the held-out states once for all,
     # and only now, so that a sitting which stops before the end never pays for them.
-    if sum(run.step >= run.config.steps for run in runs) > 1:
+    if sum(run.finished for run in runs) > 1:
         heldout = [replace(s, hidden=s.features()) for s in heldout]
     for run in runs:
-        if run.step < run.config.steps:
+        if not run.finished:
             print(f"{run.config.kind}: stopped at step {run.step} of {run.config.steps} (checkpointed in {run.folder}): continue with --resume")
             continue
         calibration = None

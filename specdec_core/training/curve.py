@@ -120,7 +120,7 @@ def run_curve(lm: LoadedModel, folder: Path, out: Path, points: list[Point], con
             ship(lm, run, heldout, used, out, point.name)
     for point in (p for p in points if p.name in shipped and p not in todo):
         run, _, heldout, used = _point_run(lm, folder, point, config)
-        if run.step < config.steps:
+        if not run.finished:
             raise SpecDecError(f"the run of point {point.name} is not on this machine (or unfinished): "
                                f"retrain it with the same settings into another --out, then ship it")
         ship(lm, run, heldout, used, out, point.name)
@@ -155,7 +155,7 @@ def riding_run(lm: LoadedModel, folder: Path, out: Path, train: list[Sequence], 
                              data_shards=len(read_manifest(folder)["shards"]), data_tokens=point.tokens,
                              data_offset=data_step)
     run = open_training(lm, config, train, heldout, resume=True, out=run_folder)
-    if run.step < config.steps and config.data_offset + run.step != data_step:  # a finished point only waits to be scored
+    if not run.finished and config.data_offset + run.step != data_step:  # a finished point only waits to be scored
         raise SpecDecError(f"the riding point stopped at batch {config.data_offset + run.step} of the data order and this run "
                            f"stands at {data_step}: resume the run it rode on from the same place")
     return run

@@ -122,6 +122,11 @@ class TrainRun:
     wall_s: float
     history: list[dict]  # the sittings of the weights this run started from (warm start), oldest first
 
+    @property
+    def finished(self) -> bool:
+        """Every step of its schedule taken: what is left is scoring or export."""
+        return self.step >= self.config.steps
+
 
 def init_root(config: TrainConfig) -> Path | None:
     return None if config.init == "shipped" else Path(config.init)
