@@ -360,6 +360,7 @@ def test_your_server_page_measures_real_llama_servers(server, page):
     """The page's whole path in a browser: two llama-servers (plain, and ngram-simple speculation) on
     free loopback ports, their URLs typed in, a small run (2 prompts, 16 tokens, C = 1, 2), then the
     bench, speculative-figures and load-test sections with their charts, and no exception box."""
+    from playwright.sync_api import TimeoutError as PWTimeout
     from test_remote import llama_server_binary, start_llama_server
 
     binary = llama_server_binary()
@@ -382,7 +383,14 @@ def test_your_server_page_measures_real_llama_servers(server, page):
         wait_idle(page)
         assert_no_exception(page, "server after a run")
         for chart in ("server_tps", "server_per_pos", "server_throughput"):
-            assert page.locator(f".st-key-{chart} .js-plotly-plot").count() == 1, f"no {chart} chart"
+            # Plotly draws after the script run is over (its component loads lazily): wait for each plot
+            # rather than counting at once — a busy CI machine counted 0 for the first one.
+            plot = page.locator(f".st-key-{chart} .js-plotly-plot")
+            try:
+                plot.first.wait_for(timeout=RERUN_MS)
+            except PWTimeout:
+                pytest.fail(f"no {chart} chart; its element: {page.locator(f'.st-key-{chart}').count()}")
+            assert plot.count() == 1, f"{plot.count()} {chart} charts"
         scroll_to(page.get_by_text(EN["server_bench_h"], exact=True), 80)
         screenshot(page, "server")
     finally:
