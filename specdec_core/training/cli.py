@@ -78,6 +78,8 @@ def train_kinds(spec: str) -> tuple[str, ...]:
 
 
 def run_train_draft_command(args) -> None:
+    import os
+
     from tqdm import tqdm
 
     from ..drafters.weights import entry
@@ -158,6 +160,9 @@ def run_train_draft_command(args) -> None:
             with Prefetcher(lm, split, data_steps(trained, args.stop_after), first.batch_size, first.seed,
                             args.feature_workers) as prefetched:
                 train_steps(lm, trained, train, args.stop_after, bar, prefetched.batch)
+            # The workers have stopped: evaluation and export take every core this process may use (whatever
+            # OMP_NUM_THREADS said for the steps; the card keeps the steps' thread count).
+            torch.set_num_threads(len(os.sched_getaffinity(0)))
     if rider is not None and rider.finished:
         point = record_riding_point(lm, folder, args.curve_point, rider, train)
         print(f"{args.curve_point.name}: point {point['sources']}-{point['tokens']} " + "  ".join(

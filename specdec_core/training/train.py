@@ -121,6 +121,7 @@ class TrainRun:
     vocab_report: dict
     wall_s: float
     history: list[dict]  # the sittings of the weights this run started from (warm start), oldest first
+    threads: int = 0  # torch threads its steps ran on (the card's hardware: evaluation may use more)
 
     @property
     def finished(self) -> bool:
@@ -265,6 +266,7 @@ def train_steps(lm: LoadedModel, runs: TrainRun | list[TrainRun], train: list[Se
     batches = batches or (lambda step: batch_at(train, step, config.batch_size, config.seed))
     for run in runs:
         run.module.train()
+        run.threads = torch.get_num_threads()
     while True:
         live = [r for r in runs if r.step < ends[id(r)]]
         if not live:
@@ -342,7 +344,7 @@ def export(lm: LoadedModel, run: TrainRun, data_manifest: dict, offline: dict, r
                "data": Path(run.config.data).name,
                "response_tokens": totals.get("response_tokens"), "init": run.config.init or "scratch",
                "hardware": f"{platform.machine()} {os.cpu_count()} CPU threads, torch {torch.__version__}, "
-                           f"{torch.get_num_threads()} torch threads", "date": time.strftime("%Y-%m-%d")}
+                           f"{run.threads or torch.get_num_threads()} torch threads", "date": time.strftime("%Y-%m-%d")}
     history = [*run.history, sitting]
     card = {
         "kind": run.config.kind, "target": lm.name,
