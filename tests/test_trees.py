@@ -306,7 +306,7 @@ def test_bad_tree_settings_are_one_line_errors(tiny):
 # --- drafters growing trees -----------------------------------------------------------------------
 
 
-def first_step_records(lm, name: str, tree: str, monkeypatch, module) -> list:
+def first_step_records(lm, name: str, tree: str, monkeypatch, module, prompt: list[int]) -> list:
     """The first spec step of `name` on one prompt: the chain's (tokens, q rows) (first of the list), or
     every (path, q) the first tree's expansion computed (the root's path is empty)."""
     records: list = []
@@ -328,7 +328,6 @@ def first_step_records(lm, name: str, tree: str, monkeypatch, module) -> list:
                 return qs
             return real(root_q, recorded, depth, n_nodes, branch)
         monkeypatch.setattr(module, "expand_tree", spy)
-    prompt = random_prompts(1, seed=5)[0]
     sd.generate(lm, prompt, tree_config(drafter=name, tree=tree, tree_nodes=12, max_new_tokens=8))
     return records
 
@@ -340,19 +339,25 @@ def test_a_drafters_tree_reads_each_path_as_its_chain_would(smol, name, monkeypa
     siblings see each other is caught."""
     from specdec_core.drafters import eagle, small_model
     module = eagle if name == "eagle" else small_model
-    tokens, chain_q = first_step_records(smol, name, "chain", monkeypatch, module)[0]
-    monkeypatch.undo()
 
-    def worst(records) -> tuple[float, int]:
-        by_path = {tuple(path): q for path, q in records}
+    def worst(prompt: list[int], tokens: list[int], chain_q: list) -> tuple[float, int]:
+        by_path = {tuple(path): q for path, q in first_step_records(smol, name, "dynamic", monkeypatch, module, prompt)}
         compared = [(by_path[tuple(tokens[:i])], chain_q[i]) for i in range(len(tokens)) if tuple(tokens[:i]) in by_path]
         return max(float((a - b).abs().max()) for a, b in compared), len(compared)
 
-    difference, compared = worst(first_step_records(smol, name, "dynamic", monkeypatch, module))
+    # The dynamic tree keeps the likeliest paths, which need not hold the chain's greedy one to depth 3:
+    # the first prompt whose tree does is compared (which one depends on the shipped weights).
+    for prompt in random_prompts(6, seed=5):
+        tokens, chain_q = first_step_records(smol, name, "chain", monkeypatch, module, prompt)[0]
+        monkeypatch.undo()
+        difference, compared = worst(prompt, tokens, chain_q)
+        monkeypatch.undo()
+        if compared >= 3:
+            break
     assert compared >= 3 and difference < 1e-5
     monkeypatch.setattr(module if name == "eagle" else llama, "ancestor_mask",
                         lambda past, rows, device: torch.ones(len(rows), past + len(rows), dtype=torch.bool))
-    assert worst(first_step_records(smol, name, "dynamic", monkeypatch, module))[0] > 1e-4
+    assert worst(prompt, tokens, chain_q)[0] > 1e-4
 
 
 @pytest.mark.parametrize("name", ["draft", "eagle", "early-exit", "quant", "block", "block-parallel"])
