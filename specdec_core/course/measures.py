@@ -74,6 +74,10 @@ SOURCES: dict[str, Source] = {
     "quant-suite-once": Source("benchmarks/quant-suite-cpu.json", "§9c"),  # one run each; the only one with the int8 draft
     "gap": Source("benchmarks/acceptance-gap-cpu.json", "§10", offline=True),  # offline vs the loop, on suite prompts
     "curve": Source("benchmarks/scaling-curve-cpu.json", "§14", offline=True),  # train-curve: s_1 against data
+    # §16, the frozen retrained drafters: the suite with each kind at its k, the fresh set, eagle's trees
+    "retrained": Source("benchmarks/retrained-suite-cpu.json", "§16"),
+    "retrained-fresh": Source("benchmarks/retrained-fresh-cpu.json", "§16"),
+    "trees-retrained": Source("benchmarks/trees-retrained-cpu.json", "§16"),
 }
 
 
@@ -228,9 +232,58 @@ def _family() -> dict[str, Measure]:
     m["curve.largest.s1"] = Measure("curve", ("points",), "{:.3f}", derive=lambda d: point_s1(grown(d)[-1]))
     m["curve.largest.tokens"] = Measure("curve", ("points",), "{:,.0f}", derive=lambda d: grown(d)[-1]["response_tokens"])
     m["curve.per_tenfold"] = Measure("curve", ("points",), "{:+.3f}", derive=per_tenfold)
+    m.update(_retrained())
     for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
         m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
                                            "{:.1f} %", scale=100)
+    return m
+
+
+FREE_TEXT = ("chat", "qa", "story")
+
+
+def _at_k(run: dict, drafter: str) -> str:
+    """The one mode of a run that measures `drafter` at the k chosen for it, e.g. "spec:eagle@k=3"."""
+    modes = [mode for mode in run["summary"] if mode.startswith(f"spec:{drafter}@k=") and "@tree" not in mode]
+    if len(modes) != 1:
+        raise MeasureError(f"{len(modes)} modes of {drafter!r} at a chosen k (one needed): {modes}")
+    return modes[0]
+
+
+def _free_s1(run: dict, drafter: str) -> float:
+    """First-draft acceptance pooled over the free-text categories: accepted first drafts / verify steps."""
+    rows = [r for r in run["results"] if r["mode"] == _at_k(run, drafter) and r["category"] in FREE_TEXT]
+    return sum(r["accepted_per_pos"][0] for r in rows) / sum(r["offered_per_pos"][0] for r in rows)
+
+
+def _retrained() -> dict[str, Measure]:
+    """§16: the frozen retrained drafters, each at the k its held-out τ(k) and this machine's costs chose."""
+    m: dict[str, Measure] = {}
+    summary = ("summary",)  # what every derived measure below reads
+
+    def at_k(drafter: str, field: str) -> Callable[[Any], float]:
+        return lambda d: d["summary"][_at_k(d, drafter)][field]
+
+    for drafter in ("heads", "eagle", "draft", "block", "block-parallel"):
+        m[f"retrained.{drafter}.speedup"] = Measure("retrained", summary, "{:.2f}×", derive=at_k(drafter, "speedup_vs_ar"))
+    m["retrained.eagle.k"] = Measure("retrained", summary, "{:.0f}", derive=at_k("eagle", "draft_k"))
+    for category in FREE_TEXT:
+        m[f"retrained.eagle.{category}"] = Measure("retrained", ("by_category", category), "{:.2f}×", derive=lambda d, c=category: (
+            d["by_category"][c][_at_k(d, "eagle")]["speedup_vs_ar"]))
+    m["retrained.eagle.free.tau"] = Measure("retrained", ("by_category",), derive=lambda d: sum(
+        d["by_category"][c][_at_k(d, "eagle")]["mean_accepted_length"] for c in FREE_TEXT) / len(FREE_TEXT))
+    m["retrained.eagle.free.s1"] = Measure("retrained", ("results",), "{:.2f}", derive=lambda d: _free_s1(d, "eagle"))
+    m["retrained-fresh.eagle.speedup"] = Measure("retrained-fresh", summary, "{:.2f}×", derive=at_k("eagle", "speedup_vs_ar"))
+    m["retrained-fresh.eagle.tau"] = Measure("retrained-fresh", summary, derive=at_k("eagle", "mean_accepted_length"))
+    m["retrained-fresh.eagle.s1"] = Measure("retrained-fresh", ("results",), "{:.2f}", derive=lambda d: _free_s1(d, "eagle"))
+    # eagle's chain at k = 4 against its dynamic trees of depth 4 (the suite's chat, qa and story prompts)
+    m["trees-retrained.eagle.k4.chat"] = Measure("trees-retrained", ("by_category", "chat", "spec:eagle@k=4", "speedup_vs_ar"),
+                                                 "{:.2f}×")
+    for name, mode in (("chain", "spec:eagle@k=4"), ("dynamic", "spec:eagle@k=4@tree=dynamic"),
+                       ("dynamic8", "spec:eagle@k=4@tree=dynamic@nodes=8")):
+        m[f"trees-retrained.{name}.speedup"] = Measure("trees-retrained", _mode(mode, "speedup_vs_ar"), "{:.2f}×")
+        if name != "dynamic8":
+            m[f"trees-retrained.{name}.tau"] = Measure("trees-retrained", _mode(mode, "mean_accepted_length"))
     return m
 
 
