@@ -3,7 +3,7 @@
 # runs them in order instead of retyping them. Stages, each named on the command line:
 #   k      untimed (one core is enough): each kind's k, chosen once on the held-out split from the walked
 #          tau(k) and the cost profile $COSTS (eval-draft --costs); written to $OUT/k.env. Measure $COSTS
-#          on the machine that runs `bench` (`profile`, see BENCHMARKS §11 "Freeze"): a profile from
+#          on the machine that runs `bench` (`profile`, BENCHMARKS §16a): a profile from
 #          another CPU can pick a k that is slow here.
 #   shape  untimed: the retrained heads' rank accuracies -> their static tree's shape (tree-shape)
 #   gamma  untimed: tau of block against block-parallel at gamma = 7 over the whole suite, greedy
@@ -47,11 +47,9 @@ stage_bench() {
 }
 
 stage_trees() {
-    $PY -c "import json, sys; [print(l, end='') for l in open(sys.argv[1]) if json.loads(l)['category'] in ('chat', 'qa', 'story')]" \
-        specdec_core/prompts/suite.jsonl > "$OUT/chat-qa-story.jsonl"
     trees="spec:$BEST@k=1,spec:$BEST@k=4,spec:$BEST@k=4@tree=dynamic,spec:$BEST@k=4@tree=dynamic@nodes=8"
     trees="$trees,spec:$BEST@k=4@tree=dynamic@nodes=16,spec:heads@k=4@tree=static@nodes=16"
-    $B bench --prompts "$OUT/chat-qa-story.jsonl" --repeats "$REPEATS" --max-new-tokens 64 \
+    $B bench --prompts specdec_core/prompts/suite.jsonl --categories chat,qa,story --repeats "$REPEATS" --max-new-tokens 64 \
         --modes "ar,$trees" --out "$OUT/trees-cqs-cpu.json" | tee "$OUT/trees-cqs-cpu.txt"
 }
 

@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--modes", default="ar,spec:ngram,hf:ar,hf:pld",
                    help="comma list of ar, nar, jacobi, spec:DRAFTER, hf:ar, hf:pld, hf:assisted, hf:assisted-default")
     b.add_argument("--repeats", type=int, default=1)
-    b.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all)")
+    b.add_argument("--categories", help="only these categories of --prompts (comma-separated, e.g. chat,qa,story)")
+    b.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all, after --categories)")
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server (http://host:port): run the prompts "
                    "there instead of on the local engine, with its speculative counters (--model: the served model's name)")

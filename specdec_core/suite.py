@@ -46,3 +46,16 @@ def load_prompts(path: Path) -> list[PromptCase]:
     if not cases:
         raise SpecDecError(f"prompts file {path} has no prompts")
     return cases
+
+
+def only_categories(cases: list[PromptCase], categories: str | None, path: Path) -> list[PromptCase]:
+    """The cases of the comma-separated `categories` (all of them for None or ""), in file order; a
+    category the file does not have is an error naming the ones it has."""
+    wanted = [c.strip() for c in (categories or "").split(",") if c.strip()]
+    if not wanted:
+        return cases
+    have = {c.category for c in cases}
+    unknown = sorted(set(wanted) - have)
+    if unknown:
+        raise SpecDecError(f"{path} has no category {unknown[0]!r}: it has {', '.join(sorted(have))}")
+    return [c for c in cases if c.category in wanted]

@@ -65,6 +65,20 @@ def test_bench_output_schema(capsys, tmp_path):
     assert "Plotly" in (tmp_path / "plotly.min.js").read_text()[:100_000]  # offline: the bundle lies beside the page
 
 
+def test_bench_categories_pick_prompts(capsys, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "category": "copy", "prompt": "Repeat: a b c"}\n'
+                       '{"id": "b", "category": "chat", "prompt": "Hi"}\n'
+                       '{"id": "c", "category": "qa", "prompt": "Why?"}\n')
+    out = tmp_path / "r.json"
+    code, _, err = run_main(capsys, "bench", "--model", "tiny", "--prompts", str(prompts), "--categories", "qa,copy",
+                            "--modes", "ar", "--max-new-tokens", "2", "--out", str(out))
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    assert [r["prompt_id"] for r in report["results"]] == ["a", "c"]  # file order, only the named categories
+    assert report["config"]["categories"] == "qa,copy"
+
+
 def test_bench_sweep_labels(capsys, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "category": "chat", "prompt": "Hello"}\n')
@@ -138,6 +152,7 @@ def test_bad_bench_input(capsys, tmp_path):
     good.write_text('{"id": "a", "category": "chat", "prompt": "ok"}\n')
     cases.append((_bench_args(tmp_path, good, Path("/proc/nope/r.json")), "cannot write"))
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:magic"], "unknown mode"))
+    cases.append((_bench_args(tmp_path, good) + ["--categories", "chat,code"], "has no category 'code': it has chat"))
     cases.append((_bench_args(tmp_path, good) + ["--k", "1,40"], "k must be between 1 and 16"))
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,llamacpp:ar@weights=int4"], "unknown setting 'weights'"))
     cases.append((_bench_args(tmp_path, good) + ["--modes", "ar,spec:heads@tree=bushy"], "tree must be one of"))

@@ -48,7 +48,7 @@ import httpx
 
 from ..errors import SpecDecError, ensure_writable
 from ..metrics import conditional_acceptance, geomean, pooled_per_position
-from ..suite import PromptCase, load_prompts
+from ..suite import PromptCase, load_prompts, only_categories
 from .loadtest import (LoadConfig, dumps, level_order, matched_summary, request_speed, request_timing,
                        speed_metrics, workload)
 
@@ -771,7 +771,7 @@ def run_remote_bench_command(args) -> dict:
     server fails mid-run."""
     from tqdm import tqdm
 
-    cases = load_prompts(args.prompts)
+    cases = only_categories(load_prompts(args.prompts), args.categories, args.prompts)
     if args.limit:
         cases = cases[: args.limit]
     if args.repeats < 1:
@@ -792,7 +792,7 @@ def run_remote_bench_command(args) -> dict:
     summary = summarise_remote(rows, records, counters, temperature)
     report = {"environment": {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
                               "httpx": httpx.__version__},
-              "config": {"prompts": str(args.prompts), "servers": {s.label: {"url": s.url, "model": s.model} for s in servers},
+              "config": {"prompts": str(args.prompts), "categories": args.categories, "servers": {s.label: {"url": s.url, "model": s.model} for s in servers},
                          "max_tokens": args.max_new_tokens, "temperature": temperature, "seed": args.seed,
                          "repeats": args.repeats, "request_extra": request_extra(args)},
               "results": rows, "summary": summary,

@@ -30,7 +30,7 @@ from ..metrics import geomean, matching_prefix, peak_rss_bytes, positional_match
 from ..models import LoadedModel, load_model
 from ..quant import WEIGHTS, with_weights
 from ..provenance import cpu_name, git_commit
-from ..suite import PromptCase, load_prompts
+from ..suite import PromptCase, load_prompts, only_categories
 from ..target import Target, synchronize
 from ..trees import TREES
 from . import llamacpp
@@ -338,7 +338,7 @@ def run_bench(args) -> dict:
     if getattr(args, "endpoint", None):  # a remote server instead of the local engine (bench/remote.py)
         from .remote import run_remote_bench_command
         return run_remote_bench_command(args)
-    cases = load_prompts(args.prompts)
+    cases = only_categories(load_prompts(args.prompts), args.categories, args.prompts)
     if args.limit:
         cases = cases[: args.limit]
     modes = parse_modes(args.modes)
@@ -396,7 +396,7 @@ def run_bench(args) -> dict:
                                                      "near_tie": margin is not None and margin < NEAR_TIE}
                         results.append(row)
     summary, by_category = summarise(results, sweep)
-    report = {"environment": environment(lm), "config": {"prompts": str(args.prompts), "modes": [m.label for m in modes], "k": args.k,
+    report = {"environment": environment(lm), "config": {"prompts": str(args.prompts), "categories": args.categories, "modes": [m.label for m in modes], "k": args.k,
               "temperature": args.temperature, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens},
               "results": results, "summary": summary, "by_category": by_category}
     args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1))

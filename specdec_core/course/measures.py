@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import SpecDecError
+from ..metrics import pooled_per_position
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = "specdec_core/weights/smollm2-135m/manifest.json"
@@ -253,7 +254,7 @@ def _at_k(run: dict, drafter: str) -> str:
 def _free_s1(run: dict, drafter: str) -> float:
     """First-draft acceptance pooled over the free-text categories: accepted first drafts / verify steps."""
     rows = [r for r in run["results"] if r["mode"] == _at_k(run, drafter) and r["category"] in FREE_TEXT]
-    return sum(r["accepted_per_pos"][0] for r in rows) / sum(r["offered_per_pos"][0] for r in rows)
+    return pooled_per_position([r["offered_per_pos"] for r in rows], [r["accepted_per_pos"] for r in rows])[0]
 
 
 def _retrained() -> dict[str, Measure]:
@@ -279,11 +280,11 @@ def _retrained() -> dict[str, Measure]:
     # eagle's chain at k = 4 against its dynamic trees of depth 4 (the suite's chat, qa and story prompts)
     m["trees-retrained.eagle.k4.chat"] = Measure("trees-retrained", ("by_category", "chat", "spec:eagle@k=4", "speedup_vs_ar"),
                                                  "{:.2f}×")
-    for name, mode in (("chain", "spec:eagle@k=4"), ("dynamic", "spec:eagle@k=4@tree=dynamic"),
-                       ("dynamic8", "spec:eagle@k=4@tree=dynamic@nodes=8")):
+    chain, dynamic, dynamic8 = "spec:eagle@k=4", "spec:eagle@k=4@tree=dynamic", "spec:eagle@k=4@tree=dynamic@nodes=8"
+    for name, mode in (("chain", chain), ("dynamic", dynamic), ("dynamic8", dynamic8)):
         m[f"trees-retrained.{name}.speedup"] = Measure("trees-retrained", _mode(mode, "speedup_vs_ar"), "{:.2f}×")
-        if name != "dynamic8":
-            m[f"trees-retrained.{name}.tau"] = Measure("trees-retrained", _mode(mode, "mean_accepted_length"))
+    for name, mode in (("chain", chain), ("dynamic", dynamic)):
+        m[f"trees-retrained.{name}.tau"] = Measure("trees-retrained", _mode(mode, "mean_accepted_length"))
     return m
 
 

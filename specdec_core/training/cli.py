@@ -286,18 +286,11 @@ def choose_k(tau_walked: dict[int, float], costs, kind: str) -> dict:
 def prompt_cases(args) -> list:
     """The prompts `eval-draft --prompts` scores: FILE's cases, only --categories, at most --limit."""
     from ..errors import SpecDecError
-    from ..suite import load_prompts
+    from ..suite import load_prompts, only_categories
 
     if args.max_new_tokens < 1:
         raise SpecDecError(f"max-new-tokens must be >= 1 (got {args.max_new_tokens})")
-    cases = load_prompts(args.prompts)
-    if args.categories:
-        wanted = [c.strip() for c in args.categories.split(",") if c.strip()]
-        unknown = sorted(set(wanted) - {c.category for c in cases})
-        if unknown:
-            raise SpecDecError(f"{args.prompts} has no category {unknown[0]!r}: it has "
-                               f"{', '.join(sorted({c.category for c in cases}))}")
-        cases = [c for c in cases if c.category in wanted]
+    cases = only_categories(load_prompts(args.prompts), args.categories, args.prompts)
     return cases[:args.limit] if args.limit else cases
 
 
