@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8501
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-notebooks app bench bench-full llamacpp llama-server report data drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
+.PHONY: setup test test-fast test-notebooks app bench bench-full llamacpp llama-server report data drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,12 @@ test: setup browser llama-server
 	$(PY) -m pytest tests --durations=15 -q
 	$(PY) -m pytest --nbmake --nbmake-timeout=420 notebooks -q --durations=30
 	$(PY) -m specdec_core.course.quiz_keys --cache
+
+# The everyday loop: every test not marked slow, browser, llama_server or notebook (pyproject.toml), on the
+# tiny model and the engine's fast paths; no browser or llama.cpp build needed. `make test` runs them all.
+test-fast: setup
+	$(PY) -m specdec_core prepare
+	$(PY) -m pytest tests -q -m "not slow and not browser and not llama_server and not notebook" --durations=10
 
 # Only the notebooks.
 test-notebooks: setup

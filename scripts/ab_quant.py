@@ -1,7 +1,7 @@
 """A/B of the quantised linears (kernels.Int4Linear / Int8Linear) against fp32, on this machine, interleaved.
 
 1. One linear of each shape SmolLM2 has (q/o 576→576, k/v 576→192, gate/up 576→1536, down 1536→576,
-   the head 576→49152) at 1, 2, 4 and 8 rows: fp32 through the project's kernel choice (kernels.py),
+   the head 576→49152) at 1, 2, 4 and 8 rows: fp32 through the legacy kernel table (kernels/routes.py),
    int4 (groups of 32) and int8 (per row), both with bf16 activations; median ms, ratios to fp32.
 2. Whole forwards of 1, 2, 4 and 8 new tokens on a 64-token context for the fp32 target and its int8 and
    int4 copies (costmodel.measure_forward_times), and greedy AR tokens/s against the copy-bandwidth
@@ -22,7 +22,6 @@ import json
 import statistics
 import sys
 import time
-import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import specdec_core as sd  # noqa: E402
 from specdec_core import quant  # noqa: E402
 from specdec_core.costmodel import measure_bandwidth_gb_s, measure_forward_times, model_bytes  # noqa: E402
-from specdec_core.kernels import Int4Linear, Int8Linear, pack_weight, small_batch_linear  # noqa: E402
+from specdec_core.kernels import LEGACY, Int4Linear, Int8Linear, apply_kernels  # noqa: E402
 from specdec_core.provenance import cpu_name, git_commit  # noqa: E402
 
 SHAPES = {"q/o 576x576": (576, 576), "k/v 192x576": (192, 576), "gate/up 1536x576": (1536, 576),
@@ -43,8 +42,7 @@ ROWS = (1, 2, 4, 8)
 def fp32_linear(weight: torch.Tensor) -> torch.nn.Linear:
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     linear.weight.data.copy_(weight)
-    linear.packed_weight = pack_weight(linear.weight)
-    linear.forward = types.MethodType(small_batch_linear, linear)
+    apply_kernels(linear, LEGACY)  # the fixed dispatch these figures (BENCHMARKS §9b) were taken with
     return linear
 
 

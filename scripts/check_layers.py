@@ -21,7 +21,7 @@ PACKAGE = "specdec_core"
 LAYERS = (
     ("leaves", ("errors", "offline", "suite", "provenance")),
     ("core", ("llama", "kernels", "batch", "models", "target", "sampling", "trace", "metrics", "theory",
-              "costmodel", "drafting", "decode", "quant", "trees")),
+              "costmodel", "guard", "drafting", "decode", "quant", "trees")),
     ("drafters", ("drafters",)),
     ("generation", ("generation",)),
     ("serving", ("serving",)),

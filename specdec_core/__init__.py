@@ -9,8 +9,9 @@ Layers, top to bottom; each imports only from the layers below it (`scripts/chec
     generation   the front door: generate / stream by drafter name, with this machine's measured costs
     drafters/    one file per drafter, one registry (`make_drafter`), trained weights in weights/
     core         decode (the loops), drafting (the drafter interface and the shared draft loop),
-                 trees/ (draft trees: shape, which nodes, verification), target, llama, batch, kernels, quant,
-                 sampling, costmodel, trace, metrics, theory, models
+                 trees/ (draft trees: shape, which nodes, verification), kernels/ (which matmul kernel each
+                 row count takes: this machine's measured kernel table), target, llama, batch, quant, sampling,
+                 costmodel, guard (flags for impossible numbers), trace, metrics, theory, models
     leaves       suite (prompt files), provenance (commit, machine), errors, offline
 
 `cli.py` is the shell over all of them; nothing imports it.
@@ -34,7 +35,7 @@ _NAMES = {
     "StepEvent": "trace", "Token": "trace", "Trace": "trace",
 }
 _MODULES = ("batch", "bench", "cli", "costmodel", "course", "decode", "drafters", "drafting", "errors", "generation",
-            "metrics", "models", "provenance", "sampling", "serving", "suite", "target", "theory", "trace", "training",
+            "guard", "kernels", "metrics", "models", "provenance", "sampling", "serving", "suite", "target", "theory", "trace", "training",
             "trees")
 # Modules that moved when the package grew layers: learners' notebooks (and the lessons) import them
 # by their old names (`from specdec_core.quiz import quiz_widget`, `sd.experiments.run`), which keep working.

@@ -110,7 +110,7 @@ def batch_forward(model: LlamaForCausalLM, cache: RaggedCache, first_slot: int, 
     the slot in row order and `keep` compacts the accepted path afterwards.
     """
     config = model.config
-    heads, groups = config.num_attention_heads, config.num_attention_heads // config.num_key_value_heads
+    heads = config.num_attention_heads
     device = cache.device
     b, lens = len(rows), [len(r) for r in rows]
     n = max(lens)
@@ -150,13 +150,12 @@ def batch_forward(model: LlamaForCausalLM, cache: RaggedCache, first_slot: int, 
             keys[first_slot, :, past[0]:past[0] + n] = k[0]
             values[first_slot, :, past[0]:past[0] + n] = v[0]
             # Contiguous, as a DynamicCache's are: SDPA then takes the single-request path's kernel.
-            return llama.attention(q, keys[slots, :, :span].contiguous(), values[slots, :, :span].contiguous(),
-                                   groups, mask, scale)
+            return llama.attention(q, keys[slots, :, :span].contiguous(), values[slots, :, :span].contiguous(), mask, scale)
         keys[first_slot + row_of, :, stored] = k[0].transpose(0, 1)  # (R, kv_heads, hd) into each slot
         values[first_slot + row_of, :, stored] = v[0].transpose(0, 1)
         padded = q.new_zeros(b, heads, n, q.shape[-1])  # (B, heads, n, hd); padding queries are never read
         padded[row_of, :, col_of] = q[0].transpose(0, 1)
-        y = llama.attention(padded, keys[slots, :, :span], values[slots, :, :span], groups, mask, scale)
+        y = llama.attention(padded, keys[slots, :, :span], values[slots, :, :span], mask, scale)
         return y[row_of, :, col_of].transpose(0, 1)[None]  # back to (1, heads, R, hd)
 
     ids = torch.tensor([[t for r in rows for t in r]], device=device)  # (1, R)

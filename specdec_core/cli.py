@@ -63,6 +63,20 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16 or float64")
+    add_kernels_option(p)
+
+
+def add_kernels_option(p: argparse.ArgumentParser, show: bool = False) -> None:
+    """--kernels: the kernel table the model's linears follow on CPU (kernels/; SPECDEC_KERNELS pins one)."""
+    help_text = ("the kernel table: measured (this machine's, measured once and cached; the default), legacy (the "
+                 "fixed dispatch tuned on one AMD CPU), torch (nn.Linear's kernels) or onednn (packed oneDNN for every "
+                 "row count)")
+    if show:
+        p.add_argument("--kernels", nargs="?", const="show", default="auto", metavar="TABLE",
+                       help=help_text + "; alone: print this machine's measured table and its timings, then exit")
+        p.add_argument("--remeasure-kernels", action="store_true", help="with --kernels alone: measure the table again")
+    else:
+        p.add_argument("--kernels", default="auto", metavar="TABLE", help=help_text)
 
 
 def add_weights_option(p: argparse.ArgumentParser) -> None:
@@ -90,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--categories", help="only these categories of --prompts (comma-separated, e.g. chat,qa,story)")
     b.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all, after --categories)")
     b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--resume", action="store_true", help="continue the run whose progress OUT.partial.json holds (saved "
+                   "after every prompt; refused on another processor, commit or settings)")
     b.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server (http://host:port): run the prompts "
                    "there instead of on the local engine, with its speculative counters (--model: the served model's name)")
     b.add_argument("--baseline-endpoint", metavar="URL", help="with --endpoint: a second server (speculation off), "
@@ -102,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--model", default="smollm2-135m")
     pr.add_argument("--device", default="auto")
     pr.add_argument("--dtype", default="auto")
+    add_kernels_option(pr, show=True)
     pr.add_argument("--tokens", type=_csv(int), default=[1, 2, 3, 4, 6, 8, 12, 16])
     pr.add_argument("--batch", type=_csv(int), default=[1, 2, 4, 8, 16])
     pr.add_argument("--repeats", type=int, default=5)
@@ -140,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--model", default="smollm2-135m", help="the local model, or with --endpoint the served model's name")
     lt.add_argument("--device", default="auto")
     lt.add_argument("--dtype", default="auto")
+    add_kernels_option(lt)
     lt.add_argument("--out", type=Path, required=True)
     lt.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server (http://host:port): the same closed-loop "
                     "workload and metrics against it, with its speculative counters per level (--schemes, --drafter, "
@@ -269,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--llama-cpp-src", type=Path, metavar="DIR", help="with --gguf: the llama.cpp source folder (default: "
                     "$SPECDEC_LLAMA_CPP_SRC, else the one `make llama-server` unpacks)")
 
-    sub.add_parser("prepare", help="convert the model once into the local cache")
+    sub.add_parser("prepare", help="convert the model once into the local cache and measure this machine's kernel table")
     return parser
 
 
@@ -289,7 +307,7 @@ def cmd_generate(args) -> None:
     if mode.startswith("spec:"):  # accept bench-style labels too
         mode, args.drafter = "spec", mode.split(":", 1)[1]
     config = config_from_args(args, mode)
-    lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
+    lm = with_weights(load_model(args.model, args.device, args.dtype, args.kernels), args.weights)
     check(config, lm, len(lm.encode(args.prompt, args.raw)))
     with tqdm(total=config.max_new_tokens, unit="tok", disable=args.json or not sys.stderr.isatty(), leave=False) as bar:
         result = generate(lm, args.prompt, config, raw=args.raw, progress=lambda n: bar.update(n - bar.n))
@@ -333,8 +351,17 @@ def cmd_export_eagle3(args) -> None:
 
 
 def cmd_prepare(args) -> None:
-    from .models import converted_model_dir
+    """Convert the model once, and measure this machine's kernel table once (both cached)."""
+    import torch
+
+    from .kernels import table_key
+    from .kernels.table import table_path
+    from .models import cache_dir, converted_model_dir, load_model
     print(converted_model_dir())
+    path = table_path(cache_dir(), table_key("smollm2-135m", torch.float32))
+    if not path.is_file():
+        load_model("smollm2-135m", "cpu", "float32", "measured")
+    print(path)
 
 
 def main(argv: list[str] | None = None) -> int:

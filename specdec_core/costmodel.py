@@ -22,6 +22,8 @@ import torch
 
 from . import llama
 from .drafting import Drafter
+from .guard import ratio_flags, raw_ratios
+from .kernels import kernel_table
 from .models import LoadedModel
 from .sampling import SamplingParams
 from .target import Target, synchronize
@@ -39,6 +41,12 @@ class CostModel:
     draft_step_s: dict[str, float] = field(default_factory=dict)  # drafter -> seconds per drafted token
     bandwidth_gb_s: float = 0.0
     weight_bytes: int = 0
+    kernel_table: dict | None = None  # the table the linears followed (kernels.KernelTable.summary)
+    flags: list[str] = field(default_factory=list)  # the guard's, on the raw medians (guard.py)
+
+    def raw_ratios(self, batch: int = 1) -> dict[int, float]:
+        """k -> r(k) = t(k+1) / t(1) at the measured sizes: the raw medians, not interpolated or made monotone."""
+        return raw_ratios(self.forward_s, batch)
 
     def seconds(self, tokens: int, batch: int = 1) -> float:
         """Forward time for `tokens` new tokens per sequence at `batch`, interpolated in tokens."""
@@ -146,6 +154,7 @@ def measure_bandwidth_gb_s(device: torch.device, megabytes: int = 256, repeats: 
 
 
 _VERIFY_RATIOS: dict[tuple, dict[int, float]] = {}
+_RAW_RATIOS: dict[tuple, dict[int, float]] = {}  # the same measurement before the running maximum (the guard's)
 _ONE_TOKEN_S: dict[tuple, float] = {}  # the 1-token forward those ratios are relative to
 _VERIFY_RATIOS_LOCK = threading.Lock()  # app sessions share a process: measure once, not once per session
 
@@ -157,13 +166,19 @@ def verify_ratios(lm: LoadedModel, k_max: int = AUTO_NODES) -> dict[int, float]:
     key = _ratios_key(lm)
     with _VERIFY_RATIOS_LOCK:
         if key not in _VERIFY_RATIOS:
-            _VERIFY_RATIOS[key], _ONE_TOKEN_S[key] = _measure_verify_ratios(lm)
+            _VERIFY_RATIOS[key], _RAW_RATIOS[key], _ONE_TOKEN_S[key] = _measure_verify_ratios(lm)
     return {d: r for d, r in _VERIFY_RATIOS[key].items() if d <= k_max}
 
 
 def measured_verify_ratios(lm: LoadedModel) -> dict[int, float] | None:
     """The ratios this process measured for `lm` (what the cost-aware drafters used), or None."""
     return _VERIFY_RATIOS.get(_ratios_key(lm))
+
+
+def measured_raw_ratios(lm: LoadedModel) -> dict[int, float] | None:
+    """The same measurement's raw medians, r(d) = t(d+1) / t(1) at the measured sizes, or None: what the
+    guard checks (the running maximum above hides an r < 1 by construction)."""
+    return _RAW_RATIOS.get(_ratios_key(lm))
 
 
 _DRAFT_COSTS: dict[tuple, float] = {}
@@ -196,14 +211,15 @@ def draft_costs(lm: LoadedModel, drafters: Mapping[str, Callable[[], Drafter]] |
 
 
 def _ratios_key(lm: LoadedModel) -> tuple:
-    return (lm.name, lm.weights, str(lm.device), str(lm.dtype), torch.get_num_threads())
+    table = kernel_table(lm.model)
+    return (lm.name, lm.weights, str(lm.device), str(lm.dtype), torch.get_num_threads(), table.name if table else None)
 
 
-def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], float]:
+def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], dict[int, float], float]:
     sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17, 25, AUTO_NODES + 1)
     cm = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
                    forward_s=measure_forward_times(lm, sizes, repeats=3))
-    return _monotone_ratios(cm), cm.seconds(1)
+    return _monotone_ratios(cm), raw_ratios(cm.forward_s), cm.seconds(1)
 
 
 def _monotone_ratios(cm: CostModel) -> dict[int, float]:
@@ -236,9 +252,12 @@ def measure_cost_model(lm: LoadedModel, tokens=(1, 2, 3, 4, 6, 8, 12, 16), batch
                        drafters: Mapping[str, Callable[[], Drafter]] | None = None, progress=None) -> CostModel:
     """Forward times, each drafter's step (name -> factory) and the copy bandwidth, for `profile` and the app."""
     weight_bytes = model_bytes(lm.model)
+    table = kernel_table(lm.model)
+    forward_s = measure_forward_times(lm, tokens, batch_sizes, repeats, progress=progress)
     return CostModel(
         model=lm.name if lm.weights == "fp32" else f"{lm.name}@{lm.weights}", device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
-        threads=torch.get_num_threads(), context_len=64,
-        forward_s=measure_forward_times(lm, tokens, batch_sizes, repeats, progress=progress),
+        threads=torch.get_num_threads(), context_len=64, forward_s=forward_s,
         draft_step_s={name: measure_draft_step(lm, build) for name, build in (drafters or {}).items()},
-        bandwidth_gb_s=measure_bandwidth_gb_s(lm.device), weight_bytes=weight_bytes)
+        bandwidth_gb_s=measure_bandwidth_gb_s(lm.device, repeats=9), weight_bytes=weight_bytes,
+        kernel_table=table.summary() if table else None,
+        flags=ratio_flags(raw_ratios(forward_s), table.label() if table else None))

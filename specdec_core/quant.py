@@ -5,7 +5,7 @@ token here. A copy whose linears hold int4 codes reads ~8× fewer bytes for them
 weights are quantised; activations go through the kernel in bf16 (torch's CPU int4 kernel is fast only
 with bf16 inputs, PLATFORM_NOTES.md) and come back in fp32, so the residual stream, the norms, rotary,
 attention and the KV cache stay fp32 exactly as in `llama.py`. How each quantised linear runs is
-decided in `kernels.py`, beside the fp32 kernel choice.
+decided in `kernels/quantised.py`, beside the fp32 kernel table.
 
 Where the int4 codes come from matters for what the copy *is*:
 - int4 from the GGUF's own Q4_1 blocks (32 weights, w = d·q + m): our fp32 target *is* those blocks

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import socket
 import subprocess
 import time
@@ -30,6 +29,7 @@ from specdec_core.drafters.eagle import feature_layers
 from specdec_core.drafters.weights import drafter_module, entry, load_module
 from specdec_core.drafters.vocab import module_vocab
 from specdec_core.sampling import SamplingParams
+from conftest import llama_server_binary
 
 PROMPT = "What is a Python list?"  # suite.jsonl:multi_turn-05's first turn
 
@@ -228,16 +228,6 @@ def test_an_eagle3_forward_of_the_export_gives_the_lab_drafters_logits(exported)
 
 
 # --- (b) inside llama.cpp --------------------------------------------------------------------------
-
-
-def llama_server_binary() -> Path | None:
-    """As tests/test_remote.py finds it: $SPECDEC_LLAMA_SERVER, else what `make llama-server` builds."""
-    from specdec_core.models import cache_dir
-
-    for candidate in (os.environ.get("SPECDEC_LLAMA_SERVER"), cache_dir() / "llama-server" / "build" / "bin" / "llama-server"):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
 
 
 def llama_cpp_src() -> Path | None:

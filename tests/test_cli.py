@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 
 from specdec_core.cli import main
+from conftest import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_generate_json_schema(capsys):

@@ -245,16 +245,3 @@ def test_a_recorded_profile_is_what_the_drafter_weighs(tiny, monkeypatch):
     monkeypatch.setattr(generation, "make_drafter", lambda *a: built.append(a[3]) or real(*a))
     sd.generate(tiny, "hello hello hello", sd.GenerationConfig(mode="spec", drafter="ngram", k=4, max_new_tokens=4), costs=costs)
     assert built == [costs]
-
-
-def test_fast_small_matmuls_match_nn_linear():
-    """kernels.small_batch_linear computes what nn.Linear does, for every row count and each kernel it picks."""
-    from specdec_core.kernels import pack_weight, small_batch_linear
-
-    layer = torch.nn.Linear(64, 48, bias=True)
-    for packed in (pack_weight(layer.weight), None):  # oneDNN for >= 3 rows, or nn.Linear's kernel without it
-        layer.packed_weight = packed
-        for rows in (1, 2, 3, 5, 8, 9, 17, 70):
-            x = torch.randn(1, rows, 64)
-            assert torch.allclose(small_batch_linear(layer, x), torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
-    assert pack_weight(layer.weight) is not None  # this CPU build has oneDNN: the packed path is the one tested

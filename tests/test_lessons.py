@@ -143,10 +143,8 @@ def test_lesson_structure(lang, stem):
 
 @pytest.mark.parametrize("stem", ALL_STEMS)
 def test_quiz_bank_covers_lesson(stem):
-    try:
-        from specdec_core.course.quiz import questions_for
-    except ImportError as err:
-        pytest.skip(f"specdec_core.quiz is not available yet ({err})")
+    from specdec_core.course.quiz import questions_for
+
     assert len(questions_for(stem)) >= 2, f"the quiz bank needs at least 2 questions for {stem}"
 
 

@@ -58,11 +58,10 @@ def test_a_misaligned_causal_mask_is_caught(tiny, monkeypatch):
     only cached positions 0..i (the classic bug of reusing the prefill mask on top of a cache)."""
     real = llama.attention
 
-    def top_left_causal(q, k, v, groups, mask, scale):
+    def top_left_causal(q, k, v, mask, scale):
         if mask is None:
-            return real(q, k, v, groups, mask, scale)
-        k, v = llama.repeat_kv(k, groups), llama.repeat_kv(v, groups)
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=True)
+            return real(q, k, v, mask, scale)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=True, enable_gqa=True)
 
     monkeypatch.setattr(llama, "attention", top_left_causal)
     equal = side_by_side(tiny.model)

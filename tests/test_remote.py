@@ -10,7 +10,6 @@ SPECDEC_LLAMA_SERVER=path), plain and with its n-gram speculation.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import threading
@@ -23,6 +22,7 @@ import pytest
 
 from specdec_core.bench import remote
 from specdec_core.errors import SpecDecError
+from conftest import llama_server_binary
 
 
 def error_line(err: str) -> str:
@@ -567,7 +567,7 @@ def workload_file(tmp_path) -> Path:
 def test_load_test_endpoint_with_baseline_runs_the_local_workload_and_metrics(fake, tmp_path, capsys):
     """Two levels, C in flight, the same request list on both servers, the local steady-state cut and
     metrics, per-level counter deltas, and matched throughput with the baseline in ar's place."""
-    from specdec_core.bench.loadtest import level_order, request_speed, workload
+    from specdec_core.bench.loadtest import level_order, workload
     from specdec_core.cli import main
 
     spec, base = fake(gap_s=0.02), fake(gap_s=0.03)
@@ -655,15 +655,6 @@ def test_load_test_endpoint_option_errors_are_one_line(tmp_path, capsys, argv, n
 
 
 # --- (b) a real llama-server ------------------------------------------------------------------------
-
-
-def llama_server_binary() -> Path | None:
-    from specdec_core.models import cache_dir
-
-    for candidate in (os.environ.get("SPECDEC_LLAMA_SERVER"), cache_dir() / "llama-server" / "build" / "bin" / "llama-server"):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
 
 
 def start_llama_server(binary: Path, *extra: str, parallel: int = 1) -> tuple[subprocess.Popen, str]:

@@ -15,9 +15,9 @@ import specdec_core as sd
 import specdec_core.sampling as sampling
 from specdec_core.decode import Piecer, Stopper, prefill, speculative_step
 from specdec_core.generation import prepare
-from specdec_core.drafters import Draft, Drafter
 from specdec_core.sampling import chi2_rejects
 from specdec_core.target import Target
+from conftest import UniformDrafter
 
 
 def output_distribution(p: torch.Tensor, q: torch.Tensor | None, draft_token: int | None = None) -> torch.Tensor:
@@ -72,18 +72,6 @@ def test_logits_to_probs_filters():
 
 SAMPLING = dict(temperature=0.8, top_k=8)
 N = 800
-
-
-class UniformDrafter(Drafter):
-    """A draft clearly different from the target but on the same support: q uniform over p's top 8."""
-
-    def __init__(self, support: list[int], vocab_size: int) -> None:
-        self.q = torch.zeros(vocab_size)
-        self.q[support] = 1.0 / len(support)
-
-    def propose(self, context, k, params, generator) -> Draft:
-        tokens = [sampling.sample(self.q, generator) for _ in range(k)]
-        return Draft(tokens, self.q.expand(k, -1))
 
 
 def first_spec_tokens(lm, n: int, drafter_from_exact=None, drafter: str | None = None, options: dict | None = None,

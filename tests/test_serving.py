@@ -13,13 +13,14 @@ import specdec_core as sd
 import specdec_core.sampling as sampling
 from specdec_core.target import Target
 from specdec_core import llama
-from specdec_core.drafters import Draft, Drafter
+from specdec_core.drafters import Draft
 from specdec_core import batch as batch_module
 from specdec_core.batch import RaggedCache, batch_forward
 from specdec_core.serving import Candidate, CostTable, ServingEngine, make_scheduler, prefix_survival
 from specdec_core.serving import engine as engine_module
 from specdec_core.bench.loadtest import level_metrics, matched_throughput, replay, workload
 from specdec_core.serving.server import BatchServer
+from conftest import UniformDrafter
 from test_exactness import random_prompts  # ragged lengths, half of them repeating themselves
 
 MAX_NEW = 20
@@ -169,7 +170,7 @@ def test_exactness_test_fails_without_the_mask(tiny, references, monkeypatch):
     """Negative control: attention that ignores the ragged mask (queries see stale and padded keys)."""
     original = llama.attention
     monkeypatch.setattr(batch_module.llama, "attention",
-                        lambda q, k, v, groups, mask, scale: original(q, k, v, groups, None if mask is not None and mask.dim() == 4 else mask, scale))
+                        lambda q, k, v, mask, scale: original(q, k, v, None if mask is not None and mask.dim() == 4 else mask, scale))
     configs = [sd.GenerationConfig(mode="spec", drafter="ngram", k=4, max_new_tokens=n) for n in LIMITS]
     requests, _ = serve(tiny, PROMPTS, configs)
     assert any(r.output_ids != expected for r, expected in zip(requests, references))
@@ -220,17 +221,6 @@ def test_batched_greedy_equals_ar_smollm2(smol):
 
 
 # --- sampling: lossless per row -----------------------------------------------------------------
-
-
-class UniformDrafter(Drafter):
-    """q uniform over 8 tokens: clearly not p, same support under top-k 8."""
-
-    def __init__(self, support: list[int], vocab_size: int) -> None:
-        self.q = torch.zeros(vocab_size)
-        self.q[support] = 1.0 / len(support)
-
-    def propose(self, context, k, params, generator) -> Draft:
-        return Draft([sampling.sample(self.q, generator) for _ in range(k)], self.q.expand(k, -1), confidence=[0.9] * k)
 
 
 SAMPLING = dict(temperature=0.8, top_k=8)

@@ -12,7 +12,7 @@ from specdec_core.costmodel import DraftCosts
 from specdec_core.generation import drafter_costs
 import specdec_core.sampling as sampling
 from specdec_core.cli import main
-from specdec_core.drafters import MIX_MODELS, TRAINED, Draft, Drafter, EagleNet, MedusaHeads, ReducedVocab
+from specdec_core.drafters import MIX_MODELS, TRAINED, Draft, Drafter, MedusaHeads, ReducedVocab
 from specdec_core.drafters import weights as weights_module
 from specdec_core.errors import SpecDecError
 from specdec_core.training.kinds import KINDS

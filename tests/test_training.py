@@ -1,7 +1,6 @@
 """Training data (specdec_core/training): the prompt sources, the contamination check against the eval
 prompts, and `make-data` on `tiny` end to end: the committed-corpus format, append and resume
 bit-identically, regeneration from the records, the manifest check and the overlap rule."""
-import json
 import shutil
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 from specdec_core.cli import main
+from conftest import run_main
 from specdec_core.training import data as data_module, sources
 from specdec_core.training.corpus import load_corpus, read_manifest, read_shard
 from specdec_core.training.prompts import (CATEGORIES, check_contamination, trigram_overlap, trigrams,
@@ -16,12 +16,6 @@ from specdec_core.training.prompts import (CATEGORIES, check_contamination, trig
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ["make-data", "--smoke"]  # tiny, shards of 8 sequences of 16 tokens
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from specdec_core.errors import SpecDecError
 from specdec_core.models import build_tiny
 from specdec_core.serving import engine as engine_module
 from specdec_core.target import Target
-from specdec_core.trees import Tree, best_blind_tree, row_parents, verify_siblings, verify_tree_greedy
+from specdec_core.trees import best_blind_tree, row_parents, verify_siblings, verify_tree_greedy
 from test_exactness import random_prompts
 from test_serving import PROMPT, SAMPLING, second_token_distribution, serve
 

@@ -86,6 +86,7 @@ def forward_time_section() -> None:
     left.plotly_chart(fig_t, width="stretch", key="pays_time")
     right.plotly_chart(fig_per, width="stretch", key="pays_per_token")
     st.caption(t("pays_time_note"))
+    kernel_table_section(lm, cm)
 
     # ------------------------------------------------------------------ what it does to the speedup
     st.subheader(t("pays_speedup_h"))
@@ -120,6 +121,28 @@ def forward_time_section() -> None:
                    t("pays_col_speedup", k=k): round(s, 2), t("pays_best_k"): kb, t("pays_col_best_speedup"): round(bs, 2)}
                   for b, s, kb, bs in zip(batches, fixed, best_ks, best_curve)], hide_index=True)
     st.markdown(t("pays_takeaway"))
+
+
+def kernel_table_section(lm, cm) -> None:
+    """The kernel table behind these timings, the raw r(k) of batch 1 beside the roofline, and the guard."""
+    st.subheader(t("pays_kernels_h"))
+    table = sd.kernels.kernel_table(lm.model)
+    st.markdown(t("pays_kernels_intro", label=table.label() if table else "—"))
+    if table is not None and table.ms:
+        st.dataframe([{t("pays_col_candidate"): name, **{str(n): (round(ms, 1) if ms is not None else None)
+                                                          for n, ms in enumerate(times, start=1)}}
+                      for name, times in table.ms.items()], hide_index=True)
+        st.caption(t("pays_kernels_ms_note"))
+    ratios = sd.guard.raw_ratios(cm.forward_s)
+    if ratios:
+        st.dataframe([{"k": k, "r(k) = t(k+1) / t(1)": round(r, 2)} for k, r in ratios.items()], hide_index=True)
+    roof = cm.roofline_tokens_per_s()
+    if roof:
+        one = cm.seconds(1)
+        st.caption(t("pays_roofline", roof=f"{roof:.1f}", got=f"{1 / one:.1f}", pct=f"{100 / one / roof:.0f}",
+                     bw=f"{cm.bandwidth_gb_s:.1f}"))
+    for flag in sd.guard.ratio_flags(ratios, table.label() if table else None):
+        st.warning(flag)
 
 
 def load_section() -> None:

@@ -42,7 +42,7 @@ def run_load_test_command(args) -> None:
     if args.requests_per_level < 1:
         raise SpecDecError(f"requests-per-level must be >= 1 (got {args.requests_per_level})")
     workload(args.prompts)  # a bad prompt file fails before the model loads
-    lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
+    lm = with_weights(load_model(args.model, args.device, args.dtype, args.kernels), args.weights)
     total = sum(cfg.requests_per_level * c for c in cfg.concurrency) * len(cfg.schemes)
     with tqdm(total=total, desc="load-test", unit="req") as bar:
         result = run_load_test(lm, cfg, bar, args.prompts)
@@ -103,7 +103,7 @@ def run_serving_profile(args) -> None:
 
     if args.out:
         ensure_writable(args.out)
-    lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
+    lm = with_weights(load_model(args.model, args.device, args.dtype, args.kernels), args.weights)
     with tqdm(total=(args.repeats + 1) * len(args.rows) * len(TOKENS_PER_ROW), desc="serving costs", unit="fwd") as bar:
         costs = serving_costs(lm, rows=tuple(args.rows), repeats=args.repeats, progress=bar.update)
     print(f"{costs.machine}: packed forward seconds by requests x total tokens")
@@ -114,32 +114,69 @@ def run_serving_profile(args) -> None:
 
 
 def run_profile(args) -> None:
-    """`profile`: print and optionally save the cost model of one-request forwards."""
+    """`profile`: print and optionally save the cost model of one-request forwards, with the kernel table
+    the linears followed and the guard's flags on the raw r(k). `profile --kernels` alone prints the table."""
     from tqdm import tqdm
 
     from ..models import load_model
 
+    if args.kernels == "show":
+        show_kernel_table(args)
+        return
     drafters = args.drafters or PROFILED_DRAFTERS
     unknown = [name for name in drafters if name not in DRAFTERS]
     if unknown:
         raise SpecDecError(f"unknown drafter {', '.join(unknown)}: choose from {', '.join(DRAFTERS)}")
-    lm = with_weights(load_model(args.model, args.device, args.dtype), args.weights)
+    lm = with_weights(load_model(args.model, args.device, args.dtype, args.kernels), args.weights)
     total = (args.repeats + 1) * len(args.tokens) * len(args.batch)
     with tqdm(total=total, desc="forward timings", unit="fwd") as bar:
         cm = measure_cost_model(lm, args.tokens, args.batch, args.repeats, progress=bar.update,
                                 drafters={name: drafter_factory(lm, name) for name in drafters})
     one = cm.seconds(1)
     print(f"{cm.model} on {cm.device} ({cm.dtype}, {cm.threads} threads), context {cm.context_len}")
-    print("batch  tokens  ms/forward  x(1-token)  ms/token")
+    if cm.kernel_table:
+        print(f"kernel table {cm.kernel_table['label']}")
+    print("batch  tokens  ms/forward  r = x(1-token)  ms/token")
     for row in sorted(cm.forward_s, key=lambda r: (r["batch"], r["tokens"])):
         t, b, s = row["tokens"], row["batch"], row["seconds"]
-        print(f"{b:5d}  {t:6d}  {1000 * s:10.1f}  {s / cm.seconds(1, b):10.2f}  {1000 * s / (t * b):8.2f}")
+        print(f"{b:5d}  {t:6d}  {1000 * s:10.1f}  {s / cm.seconds(1, b):14.2f}  {1000 * s / (t * b):8.2f}")
     for name, s in cm.draft_step_s.items():
         print(f"draft step {name}: {1000 * s:.2f} ms  ->  c = {cm.c(name):.3f}")
     roof = cm.roofline_tokens_per_s()
     print(f"copy bandwidth {cm.bandwidth_gb_s:.1f} GB/s; weights {cm.weight_bytes / 1e6:.0f} MB; "
           f"roofline AR <= {roof:.1f} tok/s; measured 1-token forward {1 / one:.1f} tok/s "
-          f"({100 * (1 / one) / roof:.0f}% of roofline)" if roof else "")
+          f"({100 * (1 / one) / roof:.0f}% of the copy bandwidth)" if roof else "")
+    for flag in cm.flags:
+        print(f"FLAG: {flag}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(cm.to_json())
+
+
+def show_kernel_table(args) -> None:
+    """`profile --kernels`: this machine's measured kernel table (measured now if missing, or again with
+    --remeasure-kernels), each candidate's whole-forward times and where the table is stored."""
+    from ..kernels import MAX_ROWS, load_or_measure, table_key
+    from ..kernels.table import table_path
+    from ..models import cache_dir, load_model
+
+    lm = load_model(args.model, args.device, args.dtype, "torch")
+    if lm.device.type != "cpu":
+        raise SpecDecError("kernel tables are for CPU models: this model runs on " + str(lm.device))
+    key = table_key(lm.name, lm.dtype)
+    table = load_or_measure(lm.model, key, cache_dir(), remeasure=args.remeasure_kernels)
+    print(f"{key['cpu']}, torch {key['torch']}, {key['threads']} threads, {key['model']} {key['dtype']}")
+    print(f"stored in {table_path(cache_dir(), key)}")
+    print(f"kernel table {table.label()}")
+    print("whole forward, ms (fastest of the repeats), by rows:")
+    print(f"{'candidate':12s} " + " ".join(f"{n:>6d}" for n in range(1, MAX_ROWS + 1)))
+    for name, times in table.ms.items():
+        print(f"{name:12s} " + " ".join(f"{t:6.1f}" if t is not None else f"{'-':>6s}" for t in times))
+    chosen = [table.ms[_candidate(table, r.kernel)][r.rows - 1] for r in table.routes]
+    print(f"{'table':12s} " + " ".join(f"{t:6.1f}" if t is not None else f"{'-':>6s}" for t in chosen))
+    print("r(k) = t(k+1)/t(1): " + ", ".join(f"{c / chosen[0]:.2f}" for c in chosen[1:9] if c is not None and chosen[0]))
+
+
+def _candidate(table, kernel: str) -> str:
+    """The timing row a route's kernel was measured under (a packed kernel is named by its pack)."""
+    return table.pack if kernel in ("onednn", "mkl") else kernel

@@ -19,14 +19,16 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from ..costmodel import measured_verify_ratios
+from ..costmodel import measured_raw_ratios, measured_verify_ratios
 from ..errors import SpecDecError, ensure_writable
 from ..decode import MODES, GenerationConfig
 from ..drafters import DRAFTERS, OPTIONS, DraftNet, ReducedVocab
 from ..drafters.draft import causal_lm
 from ..drafters.weights import drafter_module
 from ..generation import check, config_from_args, generate
+from ..guard import ratio_flags, speedup_flags
 from ..metrics import geomean, matching_prefix, peak_rss_bytes, positional_matches, pooled_counts, pooled_per_position
+from ..kernels import NAMED, KernelTable, kernel_table, using
 from ..models import LoadedModel, load_model
 from ..quant import WEIGHTS, with_weights
 from ..provenance import cpu_name, git_commit
@@ -36,6 +38,7 @@ from ..trees import TREES
 from . import llamacpp
 
 HF_MODES = ("hf:ar", "hf:pld", "hf:assisted", "hf:assisted-default")
+HF_KERNELS = ("torch", "engine")  # a peer on a stock model object, or on the engine's own (its kernel table)
 PEER_MODES = HF_MODES + llamacpp.MODES
 NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is float noise, not a bug
 
@@ -43,7 +46,10 @@ NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is flo
 @dataclass(frozen=True)
 class Mode:
     """One bench mode, `MODE[@key=value]...`: `ar`, `spec:ngram`, `hf:pld`, `ar@weights=int4`,
-    `spec:quant@bits=8@layers=15`, `spec:heads@tree=dynamic@nodes=12`, `spec:eagle@k=1`. `weights` sets
+    `spec:quant@bits=8@layers=15`, `spec:heads@tree=dynamic@nodes=12`, `spec:eagle@k=1`, `ar@kernels=legacy`,
+    `hf:ar@kernels=engine`. `kernels` picks the kernel table of our own modes (kernels.TABLES; default the run's)
+    and, for transformers' peers, `torch` (default: a stock model object, nn.Linear's kernels, as a user runs
+    transformers) or `engine` (the engine's own model object, its linears routed by its table). `weights` sets
     the target's precision (quant.WEIGHTS); `tree` and `nodes` a spec mode's draft tree (trees.TREES, its
     size; plain `spec:DRAFTER` is the chain); `k` a spec mode's own draft length (each drafter at the k
     it was chosen for, in one interleaved run; the run's --k otherwise); any other key is an option of the spec mode's drafter, by its full name
@@ -59,6 +65,7 @@ class Mode:
     tree: str = "chain"
     tree_nodes: int | None = None  # None: the run's --tree-nodes
     k: int | None = None  # None: the run's --k
+    kernels: str | None = None  # None: the run's kernel table (our modes), a stock model (hf: peers)
 
     @property
     def peer(self) -> bool:
@@ -73,14 +80,20 @@ def parse_mode(text: str) -> Mode:
     if not ok:
         raise SpecDecError(f"unknown mode {text!r}: use ar, nar, jacobi, spec:DRAFTER ({', '.join(DRAFTERS)}) or "
                            f"{', '.join(PEER_MODES)}, each optionally followed by @key=value")
-    weights, options, tree, tree_nodes, k = "fp32", {}, "chain", None, None
+    weights, options, tree, tree_nodes, k, kernels = "fp32", {}, "chain", None, None, None
+    own = base in MODES
     known = [f.name for f in fields(OPTIONS[drafter])] if drafter in OPTIONS else []
     prefix = (drafter or "").replace("-", "_") + "_"
     for setting in settings:
         key, eq, value = setting.partition("=")
         if not eq or not key or not value:
             raise SpecDecError(f"mode {text!r}: write each setting as @key=value (got {setting!r})")
-        if key == "weights" and base in ("ar", "nar", "jacobi"):
+        if key == "kernels" and (own or head in HF_MODES):
+            allowed_tables = tuple(NAMED) if own else HF_KERNELS
+            if value not in allowed_tables:
+                raise SpecDecError(f"mode {text!r}: kernels must be one of {', '.join(allowed_tables)} (got {value!r})")
+            kernels = value
+        elif key == "weights" and base in ("ar", "nar", "jacobi"):
             if value not in WEIGHTS:
                 raise SpecDecError(f"mode {text!r}: weights must be one of {', '.join(WEIGHTS)} (got {value!r})")
             weights = value
@@ -99,12 +112,12 @@ def parse_mode(text: str) -> Mode:
         elif key in known or prefix + key in known:
             options[key if key in known else prefix + key] = _number(value)
         else:
-            allowed = ["weights"] * (base in ("ar", "nar", "jacobi")) + ["tree", "nodes", "k"] * (base == "spec") + \
-                [k.removeprefix(prefix) for k in known]
+            allowed = ["kernels"] * (own or head in HF_MODES) + ["weights"] * (base in ("ar", "nar", "jacobi")) + \
+                ["tree", "nodes", "k"] * (base == "spec") + [k.removeprefix(prefix) for k in known]
             raise SpecDecError(f"mode {text!r}: unknown setting {key!r}" +
                                (f" (choose {', '.join(allowed)})" if allowed else " (this mode takes none)"))
     return Mode(text, head if head in PEER_MODES else base, drafter or None, weights, tuple(options.items()), tree,
-                tree_nodes, k)
+                tree_nodes, k, kernels)
 
 
 def mode_config(config: GenerationConfig, mode: Mode) -> GenerationConfig:
@@ -138,6 +151,13 @@ class HFRunner:
         self.lm = lm
         self._assistant = None
 
+    def model(self, kernels: str | None) -> torch.nn.Module:
+        """The model object a peer runs: stock (its own object, nn.Linear's kernels, as a user of
+        transformers runs it) unless `kernels` is "engine" (the engine's object, its linears routed)."""
+        if kernels == "engine" or self.lm.device.type != "cpu":
+            return self.lm.model
+        return load_model(self.lm.name, self.lm.device.type, str(self.lm.dtype).replace("torch.", ""), kernels="torch").model
+
     def assistant(self) -> torch.nn.Module:
         """Our trained `draft` LM as a transformers model with full-vocabulary logits (built once)."""
         if self._assistant is None:
@@ -150,7 +170,9 @@ class HFRunner:
         c = drafter_module(self.lm, "draft", DraftNet).config
         return f"draft: {c['layers']}-layer distilled LM, MLP {c['intermediate']}, reduced vocabulary N = {c['vocab']}"
 
-    def generate(self, mode: str, prompt_ids: list[int], config: GenerationConfig) -> tuple[list[int], float]:
+    def generate(self, mode: str, prompt_ids: list[int], config: GenerationConfig,
+                 kernels: str | None = None) -> tuple[list[int], float]:
+        model = self.model(kernels)
         kwargs = dict(max_new_tokens=config.max_new_tokens, do_sample=not config.sampling.greedy,
                       pad_token_id=self.lm.tokenizer.eos_token_id, eos_token_id=sorted(self.lm.eos_token_ids))
         if not config.sampling.greedy:
@@ -169,7 +191,7 @@ class HFRunner:
         synchronize(self.lm.device)
         start = time.perf_counter()
         with torch.inference_mode():
-            out = self.lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
         synchronize(self.lm.device)
         return out[0, len(prompt_ids):].tolist(), time.perf_counter() - start
 
@@ -182,12 +204,12 @@ class Peers:
         self.hf = HFRunner(lm)
         self._llamacpp: llamacpp.LlamaCppRunner | None = None
 
-    def generate(self, mode: str, prompt_ids: list[int], config: GenerationConfig) -> tuple[list[int], float]:
-        if mode in llamacpp.MODES:
+    def generate(self, mode: Mode, prompt_ids: list[int], config: GenerationConfig) -> tuple[list[int], float]:
+        if mode.base in llamacpp.MODES:
             if self._llamacpp is None:  # only a run that asks for it checks the model has a GGUF
                 self._llamacpp = llamacpp.LlamaCppRunner(self.lm, torch.get_num_threads())
             return self._llamacpp.generate(prompt_ids, config)
-        return self.hf.generate(mode, prompt_ids, config)
+        return self.hf.generate(mode.base, prompt_ids, config, mode.kernels)
 
 
 def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config: GenerationConfig) -> dict:
@@ -209,10 +231,11 @@ def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config
         messages.append({"role": "user", "content": turn})
         prompt_ids = lm.encode(messages)
         if mode.peer:
-            ids, seconds = peers.generate(mode.base, prompt_ids, config)
+            ids, seconds = peers.generate(mode, prompt_ids, config)
             wall += seconds
         else:
-            result = generate(with_weights(lm, mode.weights), prompt_ids, mode_config(config, mode))
+            with using(lm.model, table_for(lm, mode.kernels)):
+                result = generate(with_weights(lm, mode.weights), prompt_ids, mode_config(config, mode))
             ids, m = result.token_ids, result.metrics
             wall += m["wall_s"]
             forwards += m["target_forwards"]
@@ -245,6 +268,11 @@ def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config
             "peak_rss_bytes": peak_rss_bytes(),
             "peak_gpu_bytes": torch.cuda.max_memory_allocated(lm.device) if on_gpu else None,
             "assistant": peers.hf.assistant_label() if mode.base.startswith("hf:assisted") else None}
+
+
+def table_for(lm: LoadedModel, kernels: str | None) -> KernelTable | None:
+    """The named kernel table a mode asks for, or None: the model's own (this run's, measured or pinned)."""
+    return NAMED[kernels] if kernels in NAMED and kernel_table(lm.model) is not None else None
 
 
 def near_tie_margin(lm: LoadedModel, case: PromptCase, reference: list[int], position: int) -> float | None:
@@ -290,6 +318,8 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
         ttfts = [r["ttft_s"] for r in rows if r.get("ttft_s") is not None]
         summary[label] = {
             "speedup_vs_ar": geomean(ratios),
+            # the guard: a chain (or a tree of depth k) above k + 1, overall or on a prompt's median (guard.py)
+            "flags": speedup_flags(label, rows[0].get("draft_k"), {p: v for p, (_, v) in per_prompt.items()}, geomean(ratios)),
             "draft_k": rows[0].get("draft_k"),
             "mean_accepted_length": statistics.mean(taus) if taus else None,
             "acceptance_rate": statistics.mean(rates) if rates else None,
@@ -318,14 +348,52 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
 
 def environment(lm: LoadedModel) -> dict:
     import transformers
+    table, raw = kernel_table(lm.model), measured_raw_ratios(lm)
     return {"model": lm.name, "commit": git_commit(), "device": str(lm.device), "dtype": str(lm.dtype).replace("torch.", ""),
             "cpu": cpu_name(), "threads": torch.get_num_threads(), "python": sys.version.split()[0],
             "torch": torch.__version__, "transformers": transformers.__version__,
             "llama_cpp_python": llamacpp.version(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            # d drafts -> verify cost / plain step, as measured at start-up by the cost-aware drafters
-            "verify_ratios": measured_verify_ratios(lm)}
+            # which kernel each linear calls for n rows (kernels/), the first suspect of any flag below
+            "kernel_table": table.summary() if table else None,
+            # d drafts -> verify cost / plain step, as measured at start-up by the cost-aware drafters (made
+            # non-decreasing: what they plan with) and the raw medians of the same forwards (what the guard reads)
+            "verify_ratios": measured_verify_ratios(lm), "verify_ratios_raw": raw,
+            "flags": ratio_flags(raw or {}, table.label() if table else None)}
+
+
+class Checkpoint:
+    """A long bench run's progress, saved after every prompt beside its result file (OUT.partial.json), so
+    `bench --resume` continues it in a later session. Only the same run continues: the same settings, the
+    same code (commit) and the same processor — a ratio between runs on two machines would mean nothing."""
+
+    def __init__(self, out, config: dict, resume: bool) -> None:
+        self.path = out.with_name(out.name + ".partial.json")
+        self.config = config
+        self.origin = {"cpu": cpu_name(), "commit": git_commit(), "threads": torch.get_num_threads()}
+        self.results: list[dict] = []
+        self.done: list[str] = []
+        if not resume:
+            return
+        if not self.path.is_file():
+            raise SpecDecError(f"nothing to resume: {self.path} does not exist (run without --resume to start)")
+        saved = json.loads(self.path.read_text())
+        for what, mine, theirs in (("processor", self.origin, saved["origin"]), ("settings", config, saved["config"])):
+            if mine != theirs:
+                diff = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} here" for k in mine if mine.get(k) != theirs.get(k))
+                raise SpecDecError(f"cannot resume {self.path}: another {what if what == 'settings' else 'machine or commit'} ({diff})")
+        self.results, self.done = saved["results"], saved["done"]
+
+    def save(self, case_id: str) -> None:
+        self.done.append(case_id)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"origin": self.origin, "config": self.config, "done": self.done, "results": self.results},
+                                  ensure_ascii=False))
+        tmp.replace(self.path)
+
+    def finish(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def run_bench(args) -> dict:
@@ -349,7 +417,7 @@ def run_bench(args) -> dict:
     if args.repeats < 1:
         raise SpecDecError(f"repeats must be >= 1 (got {args.repeats})")
     ensure_writable(args.out)
-    lm = load_model(args.model, args.device, args.dtype)
+    lm = load_model(args.model, args.device, args.dtype, getattr(args, "kernels", "auto"))
     sweeps = [(k, t) for k in args.k for t in args.temperature]
     own_k = [m.label for m in modes if m.k is not None]
     if own_k and len(args.k) > 1:
@@ -366,10 +434,15 @@ def run_bench(args) -> dict:
     warm = replace(config_from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)
     for mode in modes:
         run_case(lm, peers, mode, cases[0], warm)
-    results = []
+    run_config = {"prompts": str(args.prompts), "categories": args.categories, "modes": [m.label for m in modes], "k": args.k,
+                  "temperature": args.temperature, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens}
+    checkpoint = Checkpoint(args.out, run_config, resume=getattr(args, "resume", False))
+    results = checkpoint.results
     total = len(cases) * args.repeats * len(sweeps) * len(modes)
-    with tqdm(total=total, desc="bench", unit="run") as bar:
+    with tqdm(total=total, desc="bench", unit="run", initial=len(results)) as bar:
         for case_index, case in enumerate(cases):
+            if case.id in checkpoint.done:
+                continue
             for repeat in range(args.repeats):
                 for k, t in sweeps:
                     config = config_from_args(args, "ar", k, t)
@@ -395,12 +468,17 @@ def run_bench(args) -> dict:
                                 row["divergence"] = {"position": pos, "top2_margin": margin,
                                                      "near_tie": margin is not None and margin < NEAR_TIE}
                         results.append(row)
+            checkpoint.save(case.id)
     summary, by_category = summarise(results, sweep)
-    report = {"environment": environment(lm), "config": {"prompts": str(args.prompts), "categories": args.categories, "modes": [m.label for m in modes], "k": args.k,
-              "temperature": args.temperature, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens},
+    env = environment(lm)
+    flags = env["flags"] + [flag for s in summary.values() for flag in s["flags"]]
+    report = {"environment": env, "flags": flags, "config": run_config,
               "results": results, "summary": summary, "by_category": by_category}
     args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1))
+    checkpoint.finish()
     print_summary(summary, by_category)
+    for flag in flags:
+        print(f"FLAG: {flag}")
     return report
 
 

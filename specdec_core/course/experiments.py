@@ -21,6 +21,7 @@ from ..decode import GenerationConfig
 from ..drafters import OPTION_NAMES
 from ..drafters.weights import WEIGHTS_DIR, shipped, tree_table_path
 from ..metrics import conditional_acceptance, pooled_per_position, positional_matches
+from ..kernels import kernel_table
 from ..models import LoadedModel, cache_dir, load_model, sha256_file
 from ..generation import generate
 from ..suite import PROMPTS_DIR
@@ -553,6 +554,9 @@ def _cache_file(name: str, model: str):
 def _fingerprint(lm: LoadedModel, experiment: Experiment | None = None) -> dict:
     fingerprint = {"version": CACHE_VERSION, "model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype),
                    "torch": torch.__version__, "transformers": transformers.__version__}
+    table = kernel_table(lm.model)
+    if table is not None:  # another kernel table times (and may round) differently: measure again
+        fingerprint["kernels"] = table.summary()["routes"]
     if experiment is not None and experiment.weights:  # retrained or newly shipped weights: measure again
         fingerprint["weights"] = {kind: meta["sha256"] for kind, meta in sorted(shipped(lm.name).items())}
     if experiment is not None and experiment.reads:  # an edited prompt file: measure again

@@ -130,7 +130,6 @@ class BlockNet(torch.nn.Module):
         the slots' own keys] as `mask` (B or 1, 1, Q, L + Q) allows -> final-normed states (B, Q, H)."""
         b, q_len, _ = x.shape
         c, eps = self.config, self.config["eps"]
-        groups = c["heads"] // c["kv_heads"]
         cos, sin = llama.rotary_tables(target, positions, x.dtype)
         for layer, (ck, cv) in zip(self.layers, kv):
             att, mlp = layer.self_attn, layer.mlp
@@ -140,7 +139,7 @@ class BlockNet(torch.nn.Module):
             v = att.v_proj(h).view(b, q_len, c["kv_heads"], c["head_dim"]).transpose(1, 2)
             keys = torch.cat((ck, llama.rotate(k, cos, sin)), 2)
             values = torch.cat((cv, v), 2)
-            y = llama.attention(llama.rotate(q, cos, sin), keys, values, groups, mask, c["head_dim"] ** -0.5)
+            y = llama.attention(llama.rotate(q, cos, sin), keys, values, mask, c["head_dim"] ** -0.5)
             x = x + att.o_proj(y.transpose(1, 2).reshape(b, q_len, -1))
             h = llama.rms_norm(x, layer.post_attention_layernorm.weight, eps)
             x = x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))

@@ -20,7 +20,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm
 
-from ..kernels import use_fast_small_matmuls
+from ..kernels import MAX_ROWS, KernelTable, Route, apply_kernels
 from ..models import LoadedModel
 from .vocab import ReducedVocab, module_vocab
 
@@ -111,13 +111,20 @@ def causal_lm(net: DraftNet, target: LlamaForCausalLM, vocab: ReducedVocab, full
     return model.eval()
 
 
+# The draft LM's routes: the weight-left product for one or two rows (one padded to two), nn.Linear's
+# kernel above — the engine's fixed dispatch before kernel tables, kept for this small model (no packed copy).
+DRAFT_KERNELS = KernelTable("draft", (Route("weight-left", 2), Route("weight-left", 2),
+                                      *(Route("linear", n) for n in range(3, MAX_ROWS + 1))))
+
+
 @functools.lru_cache(maxsize=8)
 def serving_lm(net: DraftNet, target: LlamaForCausalLM) -> tuple[LlamaForCausalLM, ReducedVocab]:
     """One inference view (and vocabulary) per loaded net, shared by every request's drafter: the
     serving engine batches the drafting of requests whose drafters share a model. On CPU its linear
-    layers take the small-row kernels (kernels.py; unpacked, so no second copy of the weights)."""
+    layers take the weight-left product for one or two rows and nn.Linear's kernel above (kernels/; no
+    packed copy of the weights)."""
     vocab = module_vocab(net, target.lm_head.weight)
     model = causal_lm(net, target, vocab)
     if vocab.weight.device.type == "cpu":
-        use_fast_small_matmuls(model, packed=False)
+        apply_kernels(model, DRAFT_KERNELS)
     return model, vocab

@@ -94,8 +94,7 @@ class EagleNet(torch.nn.Module):
         return llama.rms_norm(feature, self.final_norm, self.config["eps"])
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        groups = self.config["heads"] // self.config["kv_heads"]
-        return llama.attention(q, k, v, groups, mask, self.config["head_dim"] ** -0.5)
+        return llama.attention(q, k, v, mask, self.config["head_dim"] ** -0.5)
 
 
 class EagleDrafter(Drafter):

@@ -65,8 +65,7 @@ def token_lm_logits(net: DraftNet, vocab: ReducedVocab, target: torch.nn.Module,
     tokens = batch.tokens  # (B, T)
     t, n = tokens.shape[1], batch.next_tokens.shape[1]
     x = F.embedding(tokens, target.model.embed_tokens.weight.detach()).float()  # (B, T, H), frozen
-    groups = net.config["heads"] // net.config["kv_heads"]
-    causal = lambda q, key, value, layer, scale: llama.attention(q, key, value, groups, None, scale)  # noqa: E731
+    causal = lambda q, key, value, layer, scale: llama.attention(q, key, value, None, scale)  # noqa: E731
     out, _ = llama.decoder(model, x, torch.arange(t, device=tokens.device)[None], causal)  # (B, T, H)
     rows = (batch.starts[:, None] + torch.arange(n + k, device=tokens.device)[None]).clamp(max=t - 1)  # (B, n+k)
     logits = vocab.logits(torch.gather(out, 1, rows[..., None].expand(-1, -1, out.shape[-1])))  # (B, n+k, N)
