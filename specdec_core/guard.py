@@ -26,7 +26,7 @@ def raw_ratios(forward_s: list[dict], batch: int = 1) -> dict[int, float]:
 def ratio_flags(ratios: Mapping[int, float], table: str | None = None) -> list[str]:
     """One line per r(k) below R_FLOOR, naming the kernel table as the first suspect."""
     suspect = f" (kernel table: {table})" if table else ""
-    return [f"r({k}) = {r:.2f} < {R_FLOOR}: a {k + 1}-token forward is cheaper than the 1-token step, so the plain "
+    return [f"r({k}) = {r:.3f} < {R_FLOOR}: a {k + 1}-token forward is cheaper than the 1-token step, so the plain "
             f"step is slow, not the hardware fast; suspect the kernel table first{suspect}"
             for k, r in sorted(ratios.items()) if r < R_FLOOR]
 

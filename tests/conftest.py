@@ -59,3 +59,15 @@ def llama_server_binary() -> Path | None:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return Path(candidate)
     return None
+
+
+# Fixtures that make a test slow wherever it is used: SmolLM2 itself, and the smoke-trained drafters of every
+# kind (~1 min to build once).
+SLOW_FIXTURES = ("smol", "smoke_runs")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `slow` every test that uses a slow fixture, so that `make test-fast` leaves it out."""
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in SLOW_FIXTURES):
+            item.add_marker(pytest.mark.slow)

@@ -124,6 +124,7 @@ def test_confidence_data_labels_are_prefix_survival(tiny):
         assert bool((labels[1:] <= labels[:-1] + 1e-12).all()) and bool(((labels >= 0) & (labels <= 1)).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["block", "block-parallel"])
 def test_shipped_block_drafters_are_exact_on_more_smollm2_prompts_and_under_the_hardware_scheduler(smol, kind):
     """The shipped weights at k = 7 on a copy prompt and a Chinese prompt (one request at a time), then

@@ -295,6 +295,7 @@ def stop(servers: list[tuple[subprocess.Popen, str]]) -> None:
             proc.wait()
 
 
+@pytest.mark.llama_server
 @pytest.mark.skipif(why_not_llama_cpp() is not None, reason=str(why_not_llama_cpp()))
 def test_llama_server_accepts_the_exported_drafts(exported, tmp_path, capsys):
     from gguf import GGUFReader

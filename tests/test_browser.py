@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.browser  # every test here drives a real Chromium
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("SPECDEC_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -356,6 +358,7 @@ def test_quiz_answer_is_graded(server, page):
     screenshot(page, "quiz")
 
 
+@pytest.mark.llama_server
 def test_your_server_page_measures_real_llama_servers(server, page):
     """The page's whole path in a browser: two llama-servers (plain, and ngram-simple speculation) on
     free loopback ports, their URLs typed in, a small run (2 prompts, 16 tokens, C = 1, 2), then the

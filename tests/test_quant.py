@@ -107,6 +107,7 @@ def test_quant_drafter_is_exact_in_the_serving_engine(tiny):
     assert [r.output_ids for r in requests] == ar
 
 
+@pytest.mark.slow
 def test_quant_drafter_is_exact_on_smollm2_and_almost_always_right(smol):
     prompt = "Explain in two sentences why the sky is blue."
     ar = sd.generate(smol, prompt, sd.GenerationConfig(mode="ar", max_new_tokens=32)).token_ids

@@ -680,6 +680,7 @@ def start_llama_server(binary: Path, *extra: str, parallel: int = 1) -> tuple[su
     raise RuntimeError("llama-server did not become healthy in 60 s")
 
 
+@pytest.mark.llama_server
 @pytest.mark.skipif(llama_server_binary() is None, reason="no llama-server binary: run `make llama-server` or set "
                     "SPECDEC_LLAMA_SERVER=/path/to/llama-server")
 def test_real_llama_server_plain_and_speculative(tmp_path, capsys):
@@ -736,6 +737,7 @@ def copy_prompts(tmp_path, n: int = 2) -> Path:
     return prompts
 
 
+@pytest.mark.llama_server
 @NEEDS_LLAMA_SERVER
 def test_real_llama_server_load_test_counters_per_level(tmp_path, capsys):
     """Levels 1 and 2 on two slots (-np 2: llama-server batches the slots' tokens in one decode), with
@@ -781,6 +783,7 @@ def test_real_llama_server_load_test_counters_per_level(tmp_path, capsys):
             proc.wait(timeout=10)
 
 
+@pytest.mark.llama_server
 @NEEDS_LLAMA_SERVER
 def test_real_llama_server_killed_mid_load_test(tmp_path, capsys, monkeypatch):
     """The server is terminated right after the first request completes: the report keeps that request,

@@ -104,11 +104,13 @@ def first_spec_tokens(lm, n: int, drafter_from_exact=None, drafter: str | None =
     return counts, exact
 
 
+@pytest.mark.slow
 def test_spec_sampling_matches_ar_distribution(tiny):
     counts, exact = first_spec_tokens(tiny, N)
     assert not chi2_rejects(counts, exact, N)
 
 
+@pytest.mark.slow
 def test_statistical_check_fails_for_always_accept(tiny, monkeypatch):
     """Negative control: accepting every draft yields q's distribution, which the test must catch."""
     monkeypatch.setattr(sampling, "acceptance_probability", lambda p, q, x: 1.0)

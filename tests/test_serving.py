@@ -472,6 +472,7 @@ def test_matched_throughput_interpolates_and_needs_three_levels():
     assert matched_throughput(runs[:2] + runs[4:6], "spec-hardware")["per_user_speedup"] is None
 
 
+@pytest.mark.slow
 def test_load_test_cli_and_replay(tmp_path):
     out = tmp_path / "load.json"
     cmd = [sys.executable, "-m", "specdec_core", "load-test", "--model", "tiny", "--concurrency", "1,2,3",

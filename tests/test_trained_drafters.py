@@ -84,17 +84,20 @@ def subset_q(exact: torch.Tensor) -> torch.Tensor:
 STAT_TRIALS = 300  # the broken rule moves half of p's top mass: far more than 400 trials can miss
 
 
+@pytest.mark.slow
 def test_reduced_vocab_sampling_matches_ar_statistically(tiny, monkeypatch):
     counts, exact = first_spec_tokens(tiny, STAT_TRIALS, drafter_from_exact=lambda e: SubsetDrafter(subset_q(e)))
     assert not sampling.chi2_rejects(counts, exact, STAT_TRIALS)
 
 
+@pytest.mark.slow
 def test_statistical_check_catches_subset_restricted_verification(tiny, monkeypatch):
     restrict_verification_to_the_subset(monkeypatch)
     counts, exact = first_spec_tokens(tiny, STAT_TRIALS, drafter_from_exact=lambda e: SubsetDrafter(subset_q(e)))
     assert sampling.chi2_rejects(counts, exact, STAT_TRIALS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", TRAINED)
 def test_every_trained_drafter_samples_losslessly_and_the_check_catches_the_subset_rule(tiny, kind, monkeypatch):
     """Rejection sampling with each trained drafter's own q (seeded weights on tiny: a reduced vocabulary,
@@ -193,6 +196,7 @@ def smoke_runs(tmp_path_factory):
     patch.undo()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", TRAINED)
 def test_smoke_training_exports_loadable_weights(smoke_runs, kind, tiny):
     _, runs = smoke_runs
@@ -287,6 +291,7 @@ def test_kinds_trained_together_end_with_the_weights_each_gets_alone(smoke_runs,
         train_steps(sd.load_model("tiny"), probe, [])
 
 
+@pytest.mark.slow
 def test_batches_built_by_a_feature_worker_train_the_same_bits(smoke_runs, monkeypatch, tmp_path):
     """`--feature-workers 1`: a spawned process builds the coming batches' online features while this one
     trains; with one thread everywhere the weights equal a one-process run's bit for bit — and the
@@ -487,6 +492,7 @@ def test_bad_training_arguments_exit_2_with_one_line(capsys, argv, message):
 # --- the shipped weights on SmolLM2 ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", MODEL_DRAFTERS)
 def test_shipped_drafters_are_exact_on_smollm2(smol, drafter):
     prompt = "Explain in two sentences why the sky is blue."

@@ -69,6 +69,7 @@ def test_the_real_prompt_set_is_clean_and_short(tiny):
 # --- the sources --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sources_are_deterministic_streams_with_cursors():
     for take in (sources.template_items, sources.passage_items, sources.code_items, sources.writer_items):
         first, cursor = take(0, 6, 0)
@@ -132,6 +133,7 @@ def test_make_data_appends_and_resumes_bit_identically(corpus_a, tmp_path, capsy
     assert [e["cursors"] for e in read_manifest(folder)["shards"]] == [e["cursors"] for e in read_manifest(corpus_a)["shards"]]
 
 
+@pytest.mark.slow
 def test_make_data_with_workers_writes_the_same_bytes(corpus_a, tmp_path):
     # Shard 1 follows up on shard 0's answers: its gathering must wait for the worker still answering them.
     folder = tmp_path / "w"

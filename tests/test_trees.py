@@ -244,6 +244,7 @@ def test_batched_greedy_tree_decoding_equals_ar_tiny(tiny):
     assert max(s.tokens for s in engine.steps) > 5 * 2  # trees and chains were verified in one forward
 
 
+@pytest.mark.slow
 def test_greedy_tree_decoding_equals_ar_smollm2(smol):
     prompts = [[{"role": "user", "content": t}] for t in ("Write a short story about a cat who learns to swim.",
                                                            "What is the capital of France? Explain briefly.")]
@@ -286,6 +287,7 @@ def batched_tree_second_tokens(lm, monkeypatch) -> dict[int, int]:
     return counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", [False, True], ids=["lossless", "no-residual-update-is-caught"])
 def test_batched_tree_sampling_is_lossless_on_tiny(tiny, monkeypatch, broken):
     if broken:
@@ -429,6 +431,7 @@ def test_static_shape_follows_the_rank_accuracies():
     assert shape.within(1).tokens == [0, 1, 2] and node_depths(shape.within(1).parents) == [1, 1, 1]
 
 
+@pytest.mark.slow
 def test_rank_accuracy_counts_the_heads_guesses(tiny):
     """On the smoke corpus: rank 0 at depth 1 is how often head 1's argmax is the target's token, counted
     independently here; every depth's accuracies sum to at most 1."""
