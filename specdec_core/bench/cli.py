@@ -172,11 +172,7 @@ def show_kernel_table(args) -> None:
     print(f"{'candidate':12s} " + " ".join(f"{n:>6d}" for n in range(1, MAX_ROWS + 1)))
     for name, times in table.ms.items():
         print(f"{name:12s} " + " ".join(f"{t:6.1f}" if t is not None else f"{'-':>6s}" for t in times))
-    chosen = [table.ms[_candidate(table, r.kernel)][r.rows - 1] for r in table.routes]
+    chosen = [table.time_ms(n) for n in range(1, MAX_ROWS + 1)]
     print(f"{'table':12s} " + " ".join(f"{t:6.1f}" if t is not None else f"{'-':>6s}" for t in chosen))
     print("r(k) = t(k+1)/t(1): " + ", ".join(f"{c / chosen[0]:.2f}" for c in chosen[1:9] if c is not None and chosen[0]))
 
-
-def _candidate(table, kernel: str) -> str:
-    """The timing row a route's kernel was measured under (a packed kernel is named by its pack)."""
-    return table.pack if kernel in ("onednn", "mkl") else kernel

@@ -68,6 +68,12 @@ class KernelTable:
         last = self.routes[-1].kernel
         return Route(last if last != "mkl" else "linear", n)  # an MKL pack computes its own M rows only
 
+    def time_ms(self, n: int) -> float | None:
+        """The whole-forward time its measurement recorded for the route of n rows (None: not measured)."""
+        route = self.routes[n - 1]
+        timings = self.ms.get(self.pack if route.kernel in ("onednn", "mkl") else route.kernel)
+        return timings[route.rows - 1] if timings else None
+
     def label(self) -> str:
         """One line: the name, the pack and each run of row counts that share a route, e.g.
         `legacy (onednn:8): 1 weight-left→2, 2 weight-left, 3-16 onednn` (→m: padded to m rows)."""
@@ -142,8 +148,7 @@ class Dispatch:
 
 def routed_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """nn.Linear.forward through the route its table gives this many rows: the same result up to rounding."""
-    rows = x.reshape(-1, x.shape[-1]).contiguous()  # (n, d_in); a strided input would be copied inside mm
-    n = rows.shape[0]
+    n = x.numel() // x.shape[-1]
     table = self.dispatch.table
     route = table.route(n)
     packed = None
@@ -154,6 +159,7 @@ def routed_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     kernel = route.kernel if route.kernel in ("linear", "weight-left") or packed is not None else "linear"
     if kernel == "linear" and route.rows == n:
         return F.linear(x, self.weight, self.bias)
+    rows = x.reshape(n, x.shape[-1]).contiguous()  # (n, d_in); a strided input would be copied inside mm
     if route.rows > n:
         rows = F.pad(rows, (0, 0, 0, route.rows - n))  # zero rows: computed and dropped
     if kernel == "linear":
