@@ -20,7 +20,7 @@ PACKAGE = "specdec_core"
 # or packages (a package covers everything in it).
 LAYERS = (
     ("leaves", ("errors", "offline", "suite", "provenance")),
-    ("core", ("llama", "kernels", "batch", "models", "target", "sampling", "trace", "metrics", "theory",
+    ("core", ("llama", "kvcache", "kernels", "batch", "models", "target", "sampling", "trace", "metrics", "theory",
               "costmodel", "guard", "drafting", "decode", "quant", "trees")),
     ("drafters", ("drafters",)),
     ("generation", ("generation",)),

@@ -149,8 +149,8 @@ def batch_forward(model: LlamaForCausalLM, cache: RaggedCache, first_slot: int, 
         if single:
             keys[first_slot, :, past[0]:past[0] + n] = k[0]
             values[first_slot, :, past[0]:past[0] + n] = v[0]
-            # Contiguous, as a DynamicCache's are: SDPA then takes the single-request path's kernel.
-            return llama.attention(q, keys[slots, :, :span].contiguous(), values[slots, :, :span].contiguous(), mask, scale)
+            # Prefix views, as `KVCache` gives the single-request forward: the same SDPA call, so the same bits.
+            return llama.attention(q, keys[slots, :, :span], values[slots, :, :span], mask, scale)
         keys[first_slot + row_of, :, stored] = k[0].transpose(0, 1)  # (R, kv_heads, hd) into each slot
         values[first_slot + row_of, :, stored] = v[0].transpose(0, 1)
         padded = q.new_zeros(b, heads, n, q.shape[-1])  # (B, heads, n, hd); padding queries are never read

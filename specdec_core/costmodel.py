@@ -154,15 +154,15 @@ def measure_bandwidth_gb_s(device: torch.device, megabytes: int = 256, repeats: 
 
 
 _VERIFY_RATIOS: dict[tuple, dict[int, float]] = {}
-_RAW_RATIOS: dict[tuple, dict[int, float]] = {}  # the same measurement before the running maximum (the guard's)
+_RAW_RATIOS: dict[tuple, dict[int, float]] = {}  # the same measurement's raw medians, before the fit (the guard's)
 _ONE_TOKEN_S: dict[tuple, float] = {}  # the 1-token forward those ratios are relative to
 _VERIFY_RATIOS_LOCK = threading.Lock()  # app sessions share a process: measure once, not once per session
 
 
 def verify_ratios(lm: LoadedModel, k_max: int = AUTO_NODES) -> dict[int, float]:
     """d -> cost of verifying d drafts (d+1 tokens) over a plain 1-token step, d = 0..k_max, on this
-    machine. Measured once per process and model (~2 s), interpolated between measured sizes, and made
-    non-decreasing (a longer forward never costs less; dips are noise)."""
+    machine. Measured once per process and model (~2 s), fitted non-decreasing (isotonic: a longer forward
+    never costs less; dips are noise) and interpolated between measured sizes."""
     key = _ratios_key(lm)
     with _VERIFY_RATIOS_LOCK:
         if key not in _VERIFY_RATIOS:
@@ -177,7 +177,7 @@ def measured_verify_ratios(lm: LoadedModel) -> dict[int, float] | None:
 
 def measured_raw_ratios(lm: LoadedModel) -> dict[int, float] | None:
     """The same measurement's raw medians, r(d) = t(d+1) / t(1) at the measured sizes, or None: what the
-    guard checks (the running maximum above hides an r < 1 by construction)."""
+    guard checks (the fit above pools an r < 1 into its neighbours)."""
     return _RAW_RATIOS.get(_ratios_key(lm))
 
 
@@ -219,22 +219,46 @@ def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], dict[int,
     sizes = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17, 25, AUTO_NODES + 1)
     cm = CostModel(lm.name, str(lm.device), str(lm.dtype), torch.get_num_threads(), 64,
                    forward_s=measure_forward_times(lm, sizes, repeats=3))
-    return _monotone_ratios(cm), raw_ratios(cm.forward_s), cm.seconds(1)
+    return _fitted_ratios(cm), raw_ratios(cm.forward_s), cm.seconds(1)
 
 
-def _monotone_ratios(cm: CostModel) -> dict[int, float]:
-    """verify_ratio(d) for d = 0..AUTO_NODES, made non-decreasing (a longer forward never costs less)."""
-    ratios, floor = {}, 1.0
+def isotonic(values: list[float], weights: list[float] | None = None) -> list[float]:
+    """The non-decreasing sequence closest to `values` in weighted least squares (pool adjacent violators):
+    a run that dips is replaced by its weighted mean. Unlike a running maximum, one slow outlier does not
+    lift every later value, and a fast one does not pull earlier values down."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for value, weight in zip(values, weights or [1.0] * len(values)):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, w1, n1), (m2, w2, n2) = blocks.pop(-2), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return [mean for mean, _, count in blocks for _ in range(count)]
+
+
+def _fitted_ratios(cm: CostModel) -> dict[int, float]:
+    """verify_ratio(d) for d = 0..AUTO_NODES: an isotonic fit of the raw medians (a longer forward never
+    costs less, so a dip is noise), clipped below at r(0) = 1 (clipping an isotonic fit is the best fit
+    under that bound), interpolated between the measured sizes. A raw r(k) below 1 is the guard's business
+    (it flags it); the fit plans with 1 there."""
+    raw = cm.raw_ratios()
+    sizes = [0, *sorted(raw)]
+    fitted = dict(zip(sizes, [1.0, *(max(1.0, r) for r in isotonic([raw[d] for d in sizes[1:]]))]))  # clipped at r(0)
+    ratios = {}
     for d in range(0, AUTO_NODES + 1):
-        floor = max(floor, cm.verify_ratio(d))
-        ratios[d] = floor
+        below, above = max(x for x in sizes if x <= d), min((x for x in sizes if x >= d), default=None)
+        if above is None:  # past the last measured size: cost grows with the tokens, as `seconds` extrapolates
+            ratios[d] = fitted[below] * (d + 1) / (below + 1)
+        elif above == below:
+            ratios[d] = fitted[d]
+        else:
+            ratios[d] = fitted[below] + (fitted[above] - fitted[below]) * (d - below) / (above - below)
     return ratios
 
 
 def profile_costs(cm: CostModel) -> DraftCosts:
     """The costs a profile recorded (`profile --out`), as drafters weigh them: for a run whose drafts must
     not depend on this moment's timing noise (a lesson's counts), where `draft_costs` measures now."""
-    return DraftCosts(_monotone_ratios(cm), {name: cm.c(name) for name in cm.draft_step_s})
+    return DraftCosts(_fitted_ratios(cm), {name: cm.c(name) for name in cm.draft_step_s})
 
 
 def model_bytes(model: torch.nn.Module) -> int:

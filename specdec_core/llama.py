@@ -11,8 +11,8 @@ The result is *the same numbers*, not just the same maths: each op is the one tr
 in its order and dtype (RMSNorm in float32, the same rotary formula, the same SDPA call with the same
 mask convention), and the linear layers are the model's own modules (so the kernel table's matmul choice, `kernels/`,
 applies to both). `tests/test_llama_forward.py` checks the logits and hidden states are bitwise equal
-to `model(...)`, and that a broken mask or rotary is caught. The KV cache is transformers'
-`DynamicCache`, so `crop` (rolling back rejected drafts) works as before.
+to `model(...)`, and that a broken mask or rotary is caught. The KV cache is the lab's own (`kvcache.py`):
+buffers allocated ahead, so appending writes only the new positions and rolling back is a length.
 """
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from .errors import SpecDecError
+from .kvcache import KVCache
 from .trees.shape import ancestor_mask, row_positions
 
 
@@ -45,7 +46,10 @@ def depth_layer(numerator: int, denominator: int, num_layers: int) -> int:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x / rms(x) * weight, computed in float32 (as Llama was trained) and cast back."""
+    """x / rms(x) * weight, computed in float32 (as Llama was trained) and cast back (no cast at all for a
+    float32 x: each skipped no-op is a dispatch less, ×61 norms a step)."""
+    if x.dtype == torch.float32:
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
     dtype = x.dtype
     x = x.to(torch.float32)
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -53,20 +57,24 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rotary_tables(model: LlamaForCausalLM, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of position × frequency for every head dimension: (1, 1, n, head_dim) each."""
+    """The tables `rotate` reads for these positions, (1, 1, n, head_dim) each: cos of position × frequency,
+    and its sin with the first half negated (the sign rotate_half would put on the second half of x)."""
     rotary = model.model.rotary_emb
     freqs = positions[..., None].float() * rotary.inv_freq.float()  # (1, n, head_dim/2)
     angles = torch.cat((freqs, freqs), dim=-1)  # (1, n, head_dim): both halves rotate by the same angle
     cos = (angles.cos() * rotary.attention_scaling).to(dtype)
     sin = (angles.sin() * rotary.attention_scaling).to(dtype)
-    return cos.unsqueeze(1), sin.unsqueeze(1)
+    half = sin.shape[-1] // 2
+    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return cos.unsqueeze(1), signed_sin.unsqueeze(1)
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding: turn each (first-half, second-half) pair by its angle."""
-    half = x.shape[-1] // 2
-    rotated_half = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated_half * sin
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding: turn each (first-half, second-half) pair (a, b) by its angle, to
+    (a·cos − b·sin, b·cos + a·sin). transformers writes it x·cos + rotate_half(x)·sin with rotate_half(x) =
+    (−b, a), a neg, two slices and a cat per call; rolling x by half gives (b, a) in one op, and the sign
+    sits in the table instead. (−b)·sin and b·(−sin) are the same float, so the bits are transformers'."""
+    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 def causal_mask(past: int, n: int, device: torch.device) -> torch.Tensor | None:
@@ -85,7 +93,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
                                           enable_gqa=True)
 
 
-def forward(model: LlamaForCausalLM, cache: DynamicCache, input_ids: torch.Tensor, hidden_layers: tuple[int, ...] = (),
+def forward(model: LlamaForCausalLM, cache: KVCache, input_ids: torch.Tensor, hidden_layers: tuple[int, ...] = (),
             last_only: bool = False, tree: list[int] | None = None) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """Run input_ids (B, n) on top of `cache` (which grows by n). Returns logits (B, n or 1, V) in the
     model's dtype and the requested hidden states {layer: (B, n, H)}, numbered as transformers numbers
@@ -142,7 +150,7 @@ def decoder(model: LlamaForCausalLM, x: torch.Tensor, positions: torch.Tensor, a
 
     `attend(q, k, v, layer, scale)` gets the new rotated queries (B, heads, n, hd) and keys/values
     (B, kv_heads, n, hd), stores the keys/values in its cache and returns the attention output
-    (B, heads, n, hd). `forward` above attends over one DynamicCache per sequence; the serving engine
+    (B, heads, n, hd). `forward` above attends over one KVCache per sequence; the serving engine
     packs many requests' tokens into one row and attends over its ragged cache (`batch.py`).
     """
     config = model.config

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
 from . import llama
+from .kvcache import KVCache
 from .models import LoadedModel
 
 
@@ -46,11 +46,11 @@ class Target:
         self.lm = lm
         self.model = lm.model
 
-    def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.model.config)
+    def new_cache(self) -> KVCache:
+        return KVCache()
 
     @torch.inference_mode()
-    def forward(self, cache: DynamicCache, input_ids: list[int], hidden_layers: tuple[int, ...] = (),
+    def forward(self, cache: KVCache, input_ids: list[int], hidden_layers: tuple[int, ...] = (),
                 last_only: bool = False, tree: list[int] | None = None) -> ForwardOutput:
         """Run `input_ids` on top of `cache` (which grows by len(input_ids)); `tree`: the rows' parents
         when they are a draft tree (`llama.forward`)."""
@@ -59,31 +59,16 @@ class Target:
         return ForwardOutput(logits[0].float(), {layer: h[0] for layer, h in hidden.items()})
 
     @staticmethod
-    def rollback(cache: DynamicCache, n: int) -> None:
+    def rollback(cache: KVCache, n: int) -> None:
         """Forget the last n positions (rejected drafts, unconverged Jacobi guesses)."""
         if n > 0:
             cache.crop(-n)
 
     @staticmethod
-    @torch.inference_mode()
-    def keep(cache: DynamicCache, new: int, rows: list[int]) -> None:
-        """After a forward of `new` rows, keep only `rows` of them (ascending: a tree's accepted root
-        path), moved up to follow the cache's older positions in order; the other rows are forgotten.
-        A chain's accepted prefix (rows 0 .. m-1) moves nothing: it is a rollback."""
-        start = cache.get_seq_length() - new
-        if rows != list(range(len(rows))):
-            index = torch.tensor(rows, device=cache.layers[0].keys.device) + start
-            for layer in cache.layers:  # the index copies first, so the overlapping write is safe
-                layer.keys[:, :, start:start + len(rows)] = layer.keys[:, :, index]
-                layer.values[:, :, start:start + len(rows)] = layer.values[:, :, index]
-        if new > len(rows):
-            cache.crop(len(rows) - new)  # negative: forget that many of the last positions
+    def keep(cache: KVCache, new: int, rows: list[int]) -> None:
+        """After a forward of `new` rows, keep only `rows` of them (a tree's accepted root path, `KVCache.keep`)."""
+        cache.keep(new, rows)
 
     @staticmethod
-    def cache_bytes(cache: DynamicCache) -> int:
-        total = 0
-        for layer in cache.layers:
-            for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-                if isinstance(tensor, torch.Tensor):
-                    total += tensor.numel() * tensor.element_size()
-        return total
+    def cache_bytes(cache: KVCache) -> int:
+        return cache.nbytes()

@@ -124,3 +124,24 @@ def test_the_guard_flags_r_below_the_floor_and_speedups_above_k_plus_1():
     assert guard.speedup_flags("spec:ngram", 4, {"p1": 6.18, "p2": 2.0}, 3.1)  # lesson 6's 6.18x at k = 4
     assert guard.speedup_flags("spec:ngram", 4, {"p1": 5.2}, 3.0) == []  # within the 5 % allowance
     assert guard.speedup_flags("ar@weights=int4", None, {"p1": 3.1}, 3.1) == []  # no drafts, no ceiling
+
+
+def test_verify_ratios_are_an_isotonic_fit_not_a_running_maximum():
+    """A slow outlier at 3 tokens lifts only the run it sits in (a running maximum would carry it to every
+    later size), and a raw r(1) below 1 is planned with as 1, never below."""
+    from specdec_core.costmodel import CostModel, _fitted_ratios, isotonic
+
+    assert isotonic([1.0, 1.2, 1.1, 1.3]) == pytest.approx([1.0, 1.15, 1.15, 1.3])
+    values = [float(v) for v in torch.rand(30, generator=torch.Generator().manual_seed(1))]
+    fit = isotonic(values)
+    assert all(a <= b + 1e-12 for a, b in zip(fit, fit[1:]))
+    running = [max(values[:i + 1]) for i in range(len(values))]  # the old rule fits worse
+    assert sum((f - v) ** 2 for f, v in zip(fit, values)) < sum((m - v) ** 2 for m, v in zip(running, values))
+
+    times = {1: 50.0, 2: 48.0, 3: 70.0, 4: 55.0, 5: 57.0, 9: 66.0, 13: 80.0, 17: 95.0, 25: 120.0, 33: 150.0}
+    cm = CostModel("m", "cpu", "float32", 2, 64, forward_s=[{"tokens": t, "batch": 1, "seconds": s} for t, s in times.items()])
+    ratios = _fitted_ratios(cm)
+    assert ratios[0] == ratios[1] == 1.0  # r(1) = 0.96 clipped
+    assert ratios[2] == ratios[3] == ratios[4] == pytest.approx((70 + 55 + 57) / 3 / 50)  # the spike's run, pooled
+    assert ratios[8] == pytest.approx(66 / 50) and ratios[32] == pytest.approx(3.0)  # later sizes keep their own
+    assert all(a <= b for a, b in zip(list(ratios.values()), list(ratios.values())[1:]))

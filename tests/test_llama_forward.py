@@ -1,6 +1,7 @@
 """The written-out Llama forward (specdec_core/llama.py) gives transformers' numbers bit for bit.
 
-Both run the same steps side by side, each on its own KV cache: a prefill, single tokens, verify-sized
+Both run the same steps side by side, each on its own KV cache (ours the lab's `KVCache`: prefix views of
+a buffer that doubles; theirs transformers' `DynamicCache`): a prefill, single tokens, verify-sized
 blocks on top of the cache, a rollback. Each check is shown to fail on a deliberately broken forward.
 """
 import pytest
@@ -8,6 +9,7 @@ import torch
 from transformers import DynamicCache
 
 from specdec_core import llama
+from specdec_core.kvcache import KVCache
 from specdec_core.errors import SpecDecError
 
 # (tokens fed, tokens rolled back afterwards): prefill, decode steps, verify blocks, a rejected draft
@@ -17,7 +19,7 @@ STEPS = [(12, 0), (1, 0), (4, 2), (2, 0), (1, 0), (8, 5), (3, 0)]
 def side_by_side(model: torch.nn.Module, batch: int = 1, hidden_layers: tuple[int, ...] = ()) -> list[bool]:
     """For each step, whether logits (and the requested hidden states) are bitwise equal."""
     generator = torch.Generator().manual_seed(0)
-    ours, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
+    ours, theirs = KVCache(capacity=16), DynamicCache(config=model.config)  # ours doubles once
     equal = []
     with torch.inference_mode():
         for n, rollback in STEPS:

@@ -605,15 +605,14 @@ def test_mix_learns_to_draft_deeper_from_a_model_whose_drafts_survive():
 def test_the_hf_assistant_computes_the_draft_drafters_logits(tiny):
     """hf:assisted's assistant is the drafter's own module and head: transformers' forward of it gives the
     drafter's full-vocabulary logits (-inf outside the reduced vocabulary) at every position."""
-    from transformers import DynamicCache
-
     from specdec_core import llama
     from specdec_core.bench.run import HFRunner
+    from specdec_core.kvcache import KVCache
     from specdec_core.drafters import make_drafter
 
     drafter = make_drafter("draft", tiny, sd.GenerationConfig(mode="spec", drafter="draft"))
     ids = torch.tensor([tiny.encode([{"role": "user", "content": "Tell me about the sea."}])])
-    ours, _ = llama.forward(drafter.model, DynamicCache(config=drafter.model.config), ids)  # (1, n, N)
+    ours, _ = llama.forward(drafter.model, KVCache(), ids)  # (1, n, N)
     with torch.inference_mode():
         theirs = HFRunner(tiny).assistant()(input_ids=ids).logits  # (1, n, V)
     expected = drafter.vocab.expand(ours)

@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 import specdec_core as sd
 import specdec_core.sampling as sampling
@@ -16,6 +15,7 @@ import specdec_core.trees.verify as tree_verify
 from specdec_core import llama
 from specdec_core.drafting import Draft, Drafter
 from specdec_core.errors import SpecDecError
+from specdec_core.kvcache import KVCache
 from specdec_core.models import build_tiny
 from specdec_core.serving import engine as engine_module
 from specdec_core.target import Target
@@ -44,8 +44,8 @@ def root_path(node: int) -> list[int]:
     return path[::-1]
 
 
-def prefilled(model, ids: list[int]) -> DynamicCache:
-    cache = DynamicCache(config=model.config)
+def prefilled(model, ids: list[int]) -> KVCache:
+    cache = KVCache()
     llama.forward(model, cache, torch.tensor([ids]))
     return cache
 

@@ -31,7 +31,7 @@ from ..metrics import geomean, matching_prefix, peak_rss_bytes, positional_match
 from ..kernels import NAMED, KernelTable, kernel_table, using
 from ..models import LoadedModel, load_model
 from ..quant import WEIGHTS, with_weights
-from ..provenance import cpu_name, git_commit
+from ..provenance import cpu_name, engine_version, git_commit
 from ..suite import PromptCase, load_prompts, only_categories
 from ..target import Target, synchronize
 from ..trees import TREES
@@ -366,12 +366,13 @@ def environment(lm: LoadedModel) -> dict:
 class Checkpoint:
     """A long bench run's progress, saved after every prompt beside its result file (OUT.partial.json), so
     `bench --resume` continues it in a later session. Only the same run continues: the same settings, the
-    same code (commit) and the same processor — a ratio between runs on two machines would mean nothing."""
+    same engine code (`provenance.engine_version`: a course edit committed meanwhile changes nothing it
+    measures) and the same processor — a ratio between runs on two machines would mean nothing."""
 
     def __init__(self, out, config: dict, resume: bool) -> None:
         self.path = out.with_name(out.name + ".partial.json")
         self.config = config
-        self.origin = {"cpu": cpu_name(), "commit": git_commit(), "threads": torch.get_num_threads()}
+        self.origin = {"cpu": cpu_name(), "engine": engine_version(), "threads": torch.get_num_threads()}
         self.results: list[dict] = []
         self.done: list[str] = []
         if not resume:
@@ -382,7 +383,7 @@ class Checkpoint:
         for what, mine, theirs in (("processor", self.origin, saved["origin"]), ("settings", config, saved["config"])):
             if mine != theirs:
                 diff = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} here" for k in mine if mine.get(k) != theirs.get(k))
-                raise SpecDecError(f"cannot resume {self.path}: another {what if what == 'settings' else 'machine or commit'} ({diff})")
+                raise SpecDecError(f"cannot resume {self.path}: another {what if what == 'settings' else 'machine or engine'} ({diff})")
         self.results, self.done = saved["results"], saved["done"]
 
     def save(self, case_id: str) -> None:

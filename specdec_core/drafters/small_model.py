@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from .. import llama
 from ..errors import SpecDecError
+from ..kvcache import KVCache
 from ..models import LoadedModel
 from ..sampling import SamplingParams
 from ..drafting import Draft, Drafter, choose_draft, draft_chain, draft_probs, model_draft, tree_draft
@@ -34,11 +35,11 @@ class DraftModelDrafter(Drafter):
         self.dynamic_k = dynamic_k  # stop drafting when q's top probability falls below this
         self.vocab = vocab  # the model's head speaks only these N tokens (None: the full vocabulary)
         self.owned = owned  # the weights this drafter adds to the target's (None: all borrowed, no extra memory)
-        self.cache = DynamicCache(config=model.config)
+        self.cache = KVCache()
         self.cached_ids: list[int] = []  # tokens whose keys/values are in self.cache
 
     def reset(self, prompt_ids: list[int]) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = KVCache()
         self.cached_ids = []
 
     @torch.inference_mode()
@@ -107,9 +108,10 @@ class DraftModelDrafter(Drafter):
         with torch.inference_mode():
             for slot, d in enumerate(drafters):
                 n = len(d.cached_ids)
-                for layer, cached in enumerate(d.cache.layers):
-                    ragged.keys[layer][slot, :, :n] = cached.keys[0]
-                    ragged.values[layer][slot, :, :n] = cached.values[0]
+                for layer in range(len(d.cache.keys)):
+                    keys, values = d.cache.view(layer)
+                    ragged.keys[layer][slot, :, :n] = keys[0]
+                    ragged.values[layer][slot, :, :n] = values[0]
                 ragged.lengths[slot] = n
         tokens: list[list[int]] = [[] for _ in drafters]
         qs: list[list[torch.Tensor]] = [[] for _ in drafters]
@@ -134,8 +136,7 @@ class DraftModelDrafter(Drafter):
         return [model_draft(t, q) for t, q in zip(tokens, qs)]
 
     def memory_bytes(self) -> int:
-        cache = sum(t.numel() * t.element_size() for layer in self.cache.layers
-                    for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
+        cache = self.cache.nbytes()
         weights = 0 if self.owned is None else sum(t.numel() * t.element_size()
                                                    for t in (*self.owned.parameters(), *self.owned.buffers()))
         head = 0 if self.vocab is None else self.vocab.weight.numel() * self.vocab.weight.element_size()

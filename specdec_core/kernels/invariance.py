@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import llama
+from ..kvcache import KVCache
 
 
 @dataclass(frozen=True)
@@ -40,14 +41,12 @@ def row_invariance(model: torch.nn.Module, rows: int, cache_len: int, tree: list
                    seed: int = 0) -> Invariance:
     """Compare one `rows`-row forward on a `cache_len`-token cache with its 1-row equivalents. `tree`
     (len = rows, tree[i] = parent row, -1 for a root) checks a tree verify; None, a chain."""
-    from transformers import DynamicCache
-
     generator = torch.Generator().manual_seed(seed)
     layers = tuple(range(model.config.num_hidden_layers + 1))
     prefix = torch.randint(100, 10000, (1, cache_len), generator=generator)
     ids = torch.randint(100, 10000, (1, rows), generator=generator)
     with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
+        cache = KVCache()
         llama.forward(model, cache, prefix, last_only=True)
         together, hidden = llama.forward(model, copy.deepcopy(cache), ids, layers, tree=tree)  # (1, rows, V)
         logit_diff = hidden_diff = 0.0

@@ -30,6 +30,7 @@ from typing import Callable
 import torch
 
 from .. import llama
+from ..kvcache import KVCache
 from ..errors import SpecDecError
 from ..provenance import cpu_name
 from .routes import MAX_ROWS, NAMED, KernelTable, Route, apply_kernels, drop_packs, make_pack, uniform_table
@@ -74,15 +75,13 @@ def time_candidates(model: torch.nn.Module, repeats: int = 3, context_len: int =
     """The fastest of `repeats` ms of a whole forward of n new tokens on a `context_len` cache, per candidate and n (None
     where a candidate was not timed or its pack cannot be made here). The model's linears are routed
     through each candidate in turn; the caller restores its table."""
-    from transformers import DynamicCache
-
     cands = candidates()
     tables = {name: _candidate_table(name, pack) for name, (pack, _) in cands.items()}
     apply_kernels(model, tables["linear"])
     probe = torch.randn(8, 8)
     usable = {name for name, (pack, _) in cands.items() if pack is None or make_pack(probe, pack) is not None}
     generator = torch.Generator().manual_seed(0)
-    cache = DynamicCache(config=model.config)
+    cache = KVCache()
     with torch.inference_mode():
         llama.forward(model, cache, torch.randint(100, 10000, (1, context_len), generator=generator), last_only=True)
     runs = [(name, n) for name, (_, ns) in cands.items() if name in usable for n in ns]
