@@ -116,10 +116,9 @@ def _tau_gain(k: int) -> Measure:
                    derive=lambda d: _tau(d, f"spec:block@k={k},t=0") / _tau(d, f"spec:block-parallel@k={k},t=0") - 1)
 
 
-def _family() -> dict[str, Measure]:
-    """The registry: every name a lesson or quiz text quotes (a test checks that each one is quoted)."""
-    m: dict[str, Measure] = {
-        # §3, the cost profile: forwards over n new tokens, the draft steps it timed, the copy bandwidth
+def _cost() -> dict[str, Measure]:
+    """§3, the cost profile: forwards over n new tokens, the draft steps it timed, the copy bandwidth."""
+    m = {
         "cost.forward_1_ms": Measure("cost", _forward(1), "{:.0f} ms", scale=1000),
         "cost.c.ngram": Measure("cost", ("draft_step_s", "ngram"), "{:.3f}", per=_forward(1)),
         "cost.c.early_exit": Measure("cost", ("draft_step_s", "early-exit"), "{:.2f}", per=_forward(1)),
@@ -128,22 +127,20 @@ def _family() -> dict[str, Measure]:
         # a one-token forward's weight traffic (all weights once) over the measured copy bandwidth
         "cost.roofline_share": Measure("cost", ("weight_bytes",), "{:.0f} %", scale=100, derive=lambda d: (
             d["weight_bytes"] / _seconds(d, 1, 1) / (d["bandwidth_gb_s"] * 1e9))),
-        # §1, the whole suite
-        "suite.copy.speedup": Measure("suite", ("by_category", "copy", "spec:ngram", "speedup_vs_ar"), "{:.2f}×"),
-        "suite.early_exit.acceptance": Measure("suite", _mode("spec:early-exit", "acceptance_rate")),
-        # §7a: the trained drafters on the suite's free text
-        "trained.eagle.chat": Measure("trained", ("by_category", "chat", "spec:eagle", "speedup_vs_ar"), "{:.2f}×"),
-        "trained.eagle.s1": Measure("trained", _mode("spec:eagle", "acceptance_per_pos", 0)),
-        # §8a: what the block drafter's Markov head adds to τ
-        "block.gain.k5": _tau_gain(5),
-        "block.gain.k7": _tau_gain(7),
-        "block-t1.gain": Measure("block-t1", _mode("spec:block", "mean_accepted_length"), "{:+.1f} %", scale=100,
-                                 derive=lambda d: _tau(d, "spec:block") / _tau(d, "spec:block-parallel") - 1),
-        # §8b: calibration of the block drafter's confidence head (offline, held-out sequences)
-        "calibration.p1.t": Measure("calibration", ("greedy", "positions", {"position": 1}, "temperature"), "{:.2f}"),
     }
     for n in (2, 5, 16):  # r(n): a forward over n new tokens over a one-token forward
         m[f"cost.r.{n}"] = _verify_ratio(n)
+    return m
+
+
+def _suite_sweep_trained() -> dict[str, Measure]:
+    """§1 the whole suite, §2 the k sweep, §7a and §7b′ the template-trained drafters."""
+    m = {
+        "suite.copy.speedup": Measure("suite", ("by_category", "copy", "spec:ngram", "speedup_vs_ar"), "{:.2f}×"),
+        "suite.early_exit.acceptance": Measure("suite", _mode("spec:early-exit", "acceptance_rate")),
+        "trained.eagle.chat": Measure("trained", ("by_category", "chat", "spec:eagle", "speedup_vs_ar"), "{:.2f}×"),
+        "trained.eagle.s1": Measure("trained", _mode("spec:eagle", "acceptance_per_pos", 0)),
+    }
     for name, mode, category in (("sweep.sim.k4", "spec:sim@k=4,t=0", None), ("sweep.sim.k8", "spec:sim@k=8,t=0", None),
                                  ("sweep.sim.k16", "spec:sim@k=16,t=0", None),  # §2: the k sweep on the quick suite
                                  ("sweep.ngram.copy.k16", "spec:ngram@k=16,t=0", "copy"),
@@ -157,6 +154,19 @@ def _family() -> dict[str, Measure]:
         for k in (1, 2, 3, 4):  # §7b′: the k sweep on the quick suite
             m[f"trained-k.{drafter}.k{k}"] = Measure("trained-k", _mode(f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"),
                                                      "{:.2f}×")
+    return m
+
+
+def _block() -> dict[str, Measure]:
+    """§8: the block drafters' τ and speed (8a), their calibration (8b) and the load test of scheme A (8c)."""
+    m = {  # §8a: what the block drafter's Markov head adds to τ
+        "block.gain.k5": _tau_gain(5),
+        "block.gain.k7": _tau_gain(7),
+        "block-t1.gain": Measure("block-t1", _mode("spec:block", "mean_accepted_length"), "{:+.1f} %", scale=100,
+                                 derive=lambda d: _tau(d, "spec:block") / _tau(d, "spec:block-parallel") - 1),
+        # §8b: calibration of the block drafter's confidence head (offline, held-out sequences)
+        "calibration.p1.t": Measure("calibration", ("greedy", "positions", {"position": 1}, "temperature"), "{:.2f}"),
+    }
     for drafter in ("block", "block-parallel", "eagle"):  # §8a: the whole suite, greedy, k = 7
         mode = f"spec:{drafter}@k=7,t=0"
         m[f"block.{drafter}.tau7"] = Measure("block", _mode(mode, "mean_accepted_length"))
@@ -179,6 +189,12 @@ def _family() -> dict[str, Measure]:
     for c in (1, 4):  # §8c: plain decoding's per-user speed as requests join
         m[f"load-block.ar.user.c{c}"] = Measure("load-block", ("runs", {"scheme": "ar", "concurrency": c},
                                                                "per_user_tok_s"), "{:.1f}")
+    return m
+
+
+def _quant() -> dict[str, Measure]:
+    """§9: the quantised copies: kernels (9b), the suite once (9c) and its medians of 3 repeats (9e)."""
+    m: dict[str, Measure] = {}
     for weights in ("fp32", "int8", "int4"):  # §9b: bytes per token, AR speed, the time outside matmuls
         m[f"quant.{weights}.mb"] = Measure("quant", ("models", weights, "bytes"), "{:.0f} MB", scale=1e-6)
         m[f"quant.{weights}.outside"] = Measure("quant", ("models", weights, "outside_matmul_share"), "{:.0f} %", scale=100)
@@ -202,14 +218,30 @@ def _family() -> dict[str, Measure]:
     m["quant-suite.quant.s1"] = Measure("quant-suite", _mode("spec:quant", "acceptance_per_pos", 0), "{:.3f}")
     m["quant-suite.quant.tau"] = Measure("quant-suite", _mode("spec:quant", "mean_accepted_length"))
     m["quant-suite.quant.mb"] = Measure("quant-suite", _mode("spec:quant", "drafter_bytes"), "{:.0f} MB", scale=1e-6)
+    return m
+
+
+def _cards_gap() -> dict[str, Measure]:
+    """The model cards (held out, offline) and §10, the gap between offline acceptance and the loop's."""
     eagle_card = ("files", "eagle.safetensors", "card", "offline_heldout", "greedy")  # the model card, held out
-    m["cards.eagle.s1"] = Measure("cards", (*eagle_card, "survival", 0))
-    m["cards.eagle.a4"] = Measure("cards", (*eagle_card, "conditional", 3))
     chat = ("kinds", "eagle", "categories", "chat")  # §10: eagle on the suite's chat answers, offline and in the loop
-    m["gap.eagle.chat.offline"] = Measure("gap", (*chat, "offline", "walked_survival", 0), "{:.3f}")
-    m["gap.eagle.chat.loop"] = Measure("gap", (*chat, "loop", "survival", 0), "{:.3f}")
-    m["gap.heads.qa.coverage"] = Measure("gap", ("kinds", "heads", "categories", "qa", "vocab_coverage"), "{:.0f} %", scale=100)
-    # §14: the same steps at every point; the lessons name three of them (the two 100k points compare the mix)
+    m = {
+        "cards.eagle.s1": Measure("cards", (*eagle_card, "survival", 0)),
+        "cards.eagle.a4": Measure("cards", (*eagle_card, "conditional", 3)),
+        "gap.eagle.chat.offline": Measure("gap", (*chat, "offline", "walked_survival", 0), "{:.3f}"),
+        "gap.eagle.chat.loop": Measure("gap", (*chat, "loop", "survival", 0), "{:.3f}"),
+        "gap.heads.qa.coverage": Measure("gap", ("kinds", "heads", "categories", "qa", "vocab_coverage"), "{:.0f} %",
+                                         scale=100),
+    }
+    for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
+        m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
+                                           "{:.1f} %", scale=100)
+    return m
+
+
+def _curve() -> dict[str, Measure]:
+    """§14, the scaling curve: the same steps at every point; the lessons name three of them (the two
+    100k points compare the mix)."""
     named_points = {"templates": "templates-100000", "mixed": "all-100000", "mixed300k": "all-300000"}
 
     def point_s1(point: dict) -> float:  # s_1 averaged over the curve's categories (chat, qa, story)
@@ -225,6 +257,7 @@ def _family() -> dict[str, Measure]:
         mx, my = sum(x) / len(x), sum(y) / len(y)
         return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
 
+    m: dict[str, Measure] = {}
     for name, point in named_points.items():
         m[f"curve.{name}.s1"] = Measure("curve", ("points", point, "categories"), "{:.3f}",
                                         derive=lambda d, point=point: point_s1(d["points"][point]))
@@ -233,10 +266,18 @@ def _family() -> dict[str, Measure]:
     m["curve.largest.s1"] = Measure("curve", ("points",), "{:.3f}", derive=lambda d: point_s1(grown(d)[-1]))
     m["curve.largest.tokens"] = Measure("curve", ("points",), "{:,.0f}", derive=lambda d: grown(d)[-1]["response_tokens"])
     m["curve.per_tenfold"] = Measure("curve", ("points",), "{:+.3f}", derive=per_tenfold)
-    m.update(_retrained())
-    for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
-        m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
-                                           "{:.1f} %", scale=100)
+    return m
+
+
+def _family() -> dict[str, Measure]:
+    """The registry: every name a lesson or quiz text quotes (a test checks that each one is quoted)."""
+    groups = (_cost(), _suite_sweep_trained(), _block(), _quant(), _cards_gap(), _curve(), _retrained())
+    m: dict[str, Measure] = {}
+    for group in groups:
+        clash = set(m) & set(group)
+        if clash:
+            raise MeasureError(f"registered twice: {sorted(clash)}")
+        m.update(group)
     return m
 
 
