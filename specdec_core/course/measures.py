@@ -138,7 +138,6 @@ def _suite_sweep_trained() -> dict[str, Measure]:
     m = {
         "suite.copy.speedup": Measure("suite", ("by_category", "copy", "spec:ngram", "speedup_vs_ar"), "{:.2f}×"),
         "suite.early_exit.acceptance": Measure("suite", _mode("spec:early-exit", "acceptance_rate")),
-        "trained.eagle.chat": Measure("trained", ("by_category", "chat", "spec:eagle", "speedup_vs_ar"), "{:.2f}×"),
         "trained.eagle.s1": Measure("trained", _mode("spec:eagle", "acceptance_per_pos", 0)),
     }
     for name, mode, category in (("sweep.sim.k4", "spec:sim@k=4,t=0", None), ("sweep.sim.k8", "spec:sim@k=8,t=0", None),
@@ -319,8 +318,6 @@ def _retrained() -> dict[str, Measure]:
     m["retrained-fresh.eagle.tau"] = Measure("retrained-fresh", summary, derive=at_k("eagle", "mean_accepted_length"))
     m["retrained-fresh.eagle.s1"] = Measure("retrained-fresh", ("results",), "{:.2f}", derive=lambda d: _free_s1(d, "eagle"))
     # eagle's chain at k = 4 against its dynamic trees of depth 4 (the suite's chat, qa and story prompts)
-    m["trees-retrained.eagle.k4.chat"] = Measure("trees-retrained", ("by_category", "chat", "spec:eagle@k=4", "speedup_vs_ar"),
-                                                 "{:.2f}×")
     chain, dynamic, dynamic8 = "spec:eagle@k=4", "spec:eagle@k=4@tree=dynamic", "spec:eagle@k=4@tree=dynamic@nodes=8"
     for name, mode in (("chain", chain), ("dynamic", dynamic), ("dynamic8", dynamic8)):
         m[f"trees-retrained.{name}.speedup"] = Measure("trees-retrained", _mode(mode, "speedup_vs_ar"), "{:.2f}×")
