@@ -10,6 +10,14 @@ unknown, its file missing, a key missing — raises MeasureError: never a blank.
 
     render("heads runs at {measure}`trained.heads.speedup` {machine}`trained`.", "en")
     # -> 'heads runs at 1.02× (AMD EPYC, 2 threads, 2026-12-02; BENCHMARKS.md §7a).'
+
+The baseline guard (`specdec_core.guard`) writes `flags` into every result file it checks: r(k) below
+theory.R_FLOOR, a speedup above k + 1. Either says the run's one-token step was slow, which inflates
+every wall-clock figure the file holds. A timed measure (`timed`) of a flagged file renders only with
+its caveat, {measure}`name|caveat`; plain {measure}`name` raises MeasureError. Counts (τ, s_i) are
+never refused: a slow step does not change them. A file with no `flags` field predates the guard
+(`guard_state` says "predates"): it renders as before, unchecked; `impossible` recomputes the guard's
+checks from such a file's raw data.
 """
 from __future__ import annotations
 
@@ -22,11 +30,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import SpecDecError
+from ..guard import ratio_flags, raw_ratios, speedup_flags
 from ..metrics import pooled_per_position
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = "specdec_core/weights/smollm2-135m/manifest.json"
-MEASURE = re.compile(r"\{measure\}`([^`]+)`")
+MEASURE = re.compile(r"\{measure\}`([^`|]+)(\|caveat)?`")  # name, then "|caveat" for a flagged figure
 MACHINE = re.compile(r"\{machine\}`([^`]+)`")
 
 Key = str | int | dict  # a dict picks the one element of a list whose fields have those values
@@ -47,6 +56,9 @@ class Source:
     cpu: str = ""
     date: str = ""
     offline: bool = False
+    # the cost profile measured on the same machine the same day, whose raw r(k) `recomputed_flags` reads
+    # for a file that carries no flags of its own (relative to the repository root)
+    profile: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,8 +69,10 @@ class Measure:
     per: tuple[Key, ...] | None = None  # divide by the number at this path: a ratio of two entries
     scale: float = 1.0  # e.g. 100 for a percentage
     derive: Callable[[Any], float] | None = None  # for a number the file holds only in parts (path: what it reads)
+    timed: bool | None = None  # a wall-clock figure, which the guard's flags concern (None: `is_timed` infers it)
 
 
+INTEL_PROFILE = "benchmarks/cost-drafters-cpu-bench.json"
 SOURCES: dict[str, Source] = {
     "cost": Source("benchmarks/cost-cpu.json", "§3", cpu="AMD EPYC", date="2026-12-01"),
     "suite": Source("benchmarks/results-suite-cpu.json", "§1"),
@@ -76,9 +90,10 @@ SOURCES: dict[str, Source] = {
     "gap": Source("benchmarks/acceptance-gap-cpu.json", "§10", offline=True),  # offline vs the loop, on suite prompts
     "curve": Source("benchmarks/scaling-curve-cpu.json", "§14", offline=True),  # train-curve: s_1 against data
     # §16, the frozen retrained drafters: the suite with each kind at its k, the fresh set, eagle's trees
-    "retrained": Source("benchmarks/retrained-suite-cpu.json", "§16"),
-    "retrained-fresh": Source("benchmarks/retrained-fresh-cpu.json", "§16"),
-    "trees-retrained": Source("benchmarks/trees-retrained-cpu.json", "§16"),
+    # (measured on the Intel Xeon whose profile §16a committed as cost-drafters-cpu-bench.json)
+    "retrained": Source("benchmarks/retrained-suite-cpu.json", "§16", profile=INTEL_PROFILE),
+    "retrained-fresh": Source("benchmarks/retrained-fresh-cpu.json", "§16", profile=INTEL_PROFILE),
+    "trees-retrained": Source("benchmarks/trees-retrained-cpu.json", "§16", profile=INTEL_PROFILE),
 }
 
 
@@ -187,7 +202,7 @@ def _block() -> dict[str, Measure]:
             "calibration", (regime, "positions", {"position": j}, f"ece_{when}"), "{:.1f} %", scale=100)
     for c in (1, 4):  # §8c: plain decoding's per-user speed as requests join
         m[f"load-block.ar.user.c{c}"] = Measure("load-block", ("runs", {"scheme": "ar", "concurrency": c},
-                                                               "per_user_tok_s"), "{:.1f}")
+                                                               "per_user_tok_s"), "{:.1f}", timed=True)
     return m
 
 
@@ -196,15 +211,17 @@ def _quant() -> dict[str, Measure]:
     m: dict[str, Measure] = {}
     for weights in ("fp32", "int8", "int4"):  # §9b: bytes per token, AR speed, the time outside matmuls
         m[f"quant.{weights}.mb"] = Measure("quant", ("models", weights, "bytes"), "{:.0f} MB", scale=1e-6)
-        m[f"quant.{weights}.outside"] = Measure("quant", ("models", weights, "outside_matmul_share"), "{:.0f} %", scale=100)
+        m[f"quant.{weights}.outside"] = Measure("quant", ("models", weights, "outside_matmul_share"), "{:.0f} %", scale=100,
+                                                timed=True)
         m[f"quant.{weights}.roofline_share"] = Measure("quant", ("models", weights, "ar_tokens_per_s"), "{:.0f} %",
-                                                       per=("models", weights, "roofline_tokens_per_s"), scale=100)
+                                                       per=("models", weights, "roofline_tokens_per_s"), scale=100,
+                                                       timed=True)
         if weights != "fp32":
             m[f"quant.{weights}.ar"] = Measure("quant", ("models", weights, "ar_tokens_per_s"), "{:.2f}×",
                                                per=("models", "fp32", "ar_tokens_per_s"))
     m["quant.outside_ms"] = Measure("quant", ("models", "int4", "outside_matmul_ms"), "{:.0f} ms")
     m["quant.int4.step"] = Measure("quant", ("models", "int4", "forward_ms", "1"), "{:.0f} %", scale=100,
-                                   per=("models", "fp32", "forward_ms", "1"))  # a one-token int4 step / fp32's
+                                   per=("models", "fp32", "forward_ms", "1"), timed=True)  # a one-token int4 step / fp32's
     for name, mode in (("int4", "ar@weights=int4"), ("int8", "ar@weights=int8"), ("quant", "spec:quant"),
                        ("mix", "spec:mix")):  # §9e: the suite, k = 4, medians of 3 repeats
         m[f"quant-suite.{name}.speedup"] = Measure("quant-suite", _mode(mode, "speedup_vs_ar"), "{:.2f}×")
@@ -381,9 +398,85 @@ def value(name: str) -> float:
     return number * m.scale
 
 
-def formatted(name: str) -> str:
+def is_timed(name: str) -> bool:
+    """Whether a measure is a wall-clock figure (a speedup, a time, a cost ratio), which a slow one-token
+    step distorts; counts (τ, s_i, acceptance, bytes) are not. Explicit on the Measure, else inferred:
+    anything of the cost profile, and any × or ms figure of a run that timed something."""
+    m = MEASURES[name]
+    if m.timed is not None:
+        return m.timed
+    if SOURCES[m.source].offline:
+        return False
+    return m.source == "cost" or m.fmt.endswith(("×", " ms"))
+
+
+def guard_state(source: str) -> str:
+    """"flagged" (the file's `flags` list is not empty), "clean" (empty) or "predates" (no `flags` field:
+    written before the guard existed, so nobody checked it; rendered as unflagged, see `impossible`)."""
+    data = load(source)
+    if not isinstance(data, dict) or "flags" not in data:
+        return "predates"
+    return "flagged" if data["flags"] else "clean"
+
+
+def flags(name: str) -> list[str]:
+    """The guard's flags that concern a measure: its file's, if the measure is timed; [] otherwise."""
+    if name not in MEASURES:
+        raise MeasureError(f"unknown measure {name!r}: register it in specdec_core/course/measures.py")
+    if not is_timed(name) or guard_state(MEASURES[name].source) != "flagged":
+        return []
+    return list(load(MEASURES[name].source)["flags"])
+
+
+def recomputed_flags(source: str) -> list[str]:
+    """The guard's checks redone from a file's raw data, for files that predate the guard's `flags`: the
+    raw r(k) of a cost profile (the file's own, its run's environment's, or its Source.profile: the same
+    machine's profile of the same day), and every mode's speedup, overall and per
+    category, against k + 1 (k from the summary's draft_k, else the mode's @k=, else the run's one k).
+    What the guard would have written; `render` does not use it (the files are re-measured, not edited)."""
+    data = load(source)
+    if not isinstance(data, dict):
+        return []
+    found = []
+    if SOURCES[source].profile:
+        profile = json.loads((ROOT / SOURCES[source].profile).read_text(encoding="utf-8"))
+        found += ratio_flags(raw_ratios(profile["forward_s"]))
+    if "forward_s" in data:
+        found += ratio_flags(raw_ratios(data["forward_s"]))
+    raw = (data.get("environment") or {}).get("verify_ratios_raw")
+    if raw:
+        found += ratio_flags({int(k): r for k, r in raw.items()})
+    ks = (data.get("config") or {}).get("k")
+    only_k = ks[0] if isinstance(ks, list) and len(ks) == 1 else ks if isinstance(ks, int) else None
+    for mode, row in (data.get("summary") or {}).items():
+        if not isinstance(row, dict) or not isinstance(row.get("speedup_vs_ar"), (int, float)) or not mode.startswith("spec"):
+            continue
+        at = re.search(r"@k=(\d+)", mode)
+        k = row.get("draft_k") or (int(at.group(1)) if at else only_k)
+        per_category = {c: modes[mode]["speedup_vs_ar"] for c, modes in (data.get("by_category") or {}).items()
+                        if mode in modes and isinstance(modes[mode].get("speedup_vs_ar"), (int, float))}
+        found += speedup_flags(mode, k, per_category, row["speedup_vs_ar"])
+    return found
+
+
+_CAVEAT = {
+    "en": " (flagged: this run's one-token step was slower than a multi-token forward, so the figure is inflated)",
+    "zh": "（已被标记：这次运行的单 token 步比多 token 前向还慢，这个数字被夸大了）",
+}
+
+
+def formatted(name: str, caveat: str | None = None) -> str:
+    """The measure as the prose shows it. A timed figure that the guard flagged needs its caveat: pass the
+    language (`caveat="en"`), and it is appended; without it MeasureError. An unflagged figure ignores it."""
     number = value(name)  # raises for an unknown name first
-    return MEASURES[name].fmt.format(number)
+    text = MEASURES[name].fmt.format(number)
+    found = flags(name)
+    if not found:
+        return text
+    if caveat is None:
+        raise MeasureError(f"{name!r} ({SOURCES[MEASURES[name].source].file}) is flagged by the baseline guard: "
+                           f"{found[0]}; quote it as {{measure}}`{name}|caveat` or quote another run")
+    return text + _CAVEAT[caveat]
 
 
 def machine_note(source: str, lang: str) -> str:
@@ -405,13 +498,13 @@ def render(text: str, lang: str) -> str:
     """Replace every {measure} and {machine} role by its value and note; MeasureError if one does not resolve."""
     if lang not in _NOTE:
         raise MeasureError(f"lang must be one of {tuple(_NOTE)}, got {lang!r}")
-    text = MEASURE.sub(lambda match: formatted(match.group(1)), text)
+    text = MEASURE.sub(lambda match: formatted(match.group(1), lang if match.group(2) else None), text)
     return MACHINE.sub(lambda match: machine_note(match.group(1), lang), text)
 
 
 def names_in(text: str) -> list[str]:
     """The measure names a text quotes, in order."""
-    return MEASURE.findall(text)
+    return [match.group(1) for match in MEASURE.finditer(text)]
 
 
 def sources_in(text: str) -> list[str]:
