@@ -234,6 +234,12 @@ def _quant() -> dict[str, Measure]:
     m["quant-suite.quant.s1"] = Measure("quant-suite", _mode("spec:quant", "acceptance_per_pos", 0), "{:.3f}")
     m["quant-suite.quant.tau"] = Measure("quant-suite", _mode("spec:quant", "mean_accepted_length"))
     m["quant-suite.quant.mb"] = Measure("quant-suite", _mode("spec:quant", "drafter_bytes"), "{:.0f} MB", scale=1e-6)
+    # §9e's outside reference, interleaved in the same run: llama.cpp's plain decoding (its Q4 GGUF) against
+    # the lab's fp32 AR, and the lab's int4 AR against it
+    m["quant-suite.llamacpp.ar"] = Measure("quant-suite", _mode("llamacpp:ar", "tokens_per_s"), "{:.2f}×",
+                                           per=_mode("ar", "tokens_per_s"))
+    m["quant-suite.int4.vs_llamacpp"] = Measure("quant-suite", _mode("ar@weights=int4", "tokens_per_s"), "{:.2f}×",
+                                                per=_mode("llamacpp:ar", "tokens_per_s"))
     return m
 
 
