@@ -60,9 +60,9 @@ def test_every_key_stays_inside_its_bounds_and_every_predict_then_run_key_has_th
 
 def test_a_speed_question_keys_a_computed_speedup_not_a_timing():
     """Issue 52 §3: a question about speed gives τ, r and c in its stem; only counts are predict-then-run."""
-    timed = {"ngram_speedup_copy", "eagle_speedup_chat", "verify_cost_ratio_k4"}
+    timed = {"ngram_speedup_copy", "ngram_speedup_story", "eagle_speedup_chat", "verify_cost_ratio_k4"}
     bank = {q.id: q for q in load_bank()}
-    for qid in ("q03-verify-cost", "q08-copy-speedup", "q13-eagle-speedup-chat"):
+    for qid in ("q03-verify-cost", "q04-ngram-story", "q08-copy-speedup", "q13-eagle-speedup-chat"):
         assert bank[qid].experiment is None and bank[qid].answer.bounds == (0.0, 5.0), qid
     assert not [q.id for q in bank.values() if q.experiment in timed]
 
