@@ -208,6 +208,22 @@ def test_a_flagged_figure_renders_only_with_its_caveat(fake_source, monkeypatch)
     assert not measures.is_timed("fake.tau") and measures.is_timed("fake.x")
 
 
+def test_a_flagged_figure_cannot_be_a_quiz_key(fake_source, tmp_path):
+    from specdec_core.course.quiz import SCHEMA_PATH, QuizError, load_bank
+
+    folder = tmp_path / "quiz"
+    folder.mkdir()
+    (folder / "08-applications.yaml").write_text(
+        "- id: q08-read-x\n  type: numeric\n  difficulty: mid\n  lesson: 08-applications\n  tags: [speedup]\n"
+        "  source: new\n  prompt: {zh: 题, en: q}\n  answer: {measure: fake.x, tolerance: 0.1}\n"
+        "  explanation: {zh: 解, en: x}\n", encoding="utf-8")
+    _flagged(fake_source, [])
+    assert load_bank(folder, SCHEMA_PATH)[0].answer.value == 6.2
+    _flagged(fake_source, [FLAG])
+    with pytest.raises(QuizError, match="q08-read-x.*'fake.x' is flagged by the baseline guard"):
+        load_bank(folder, SCHEMA_PATH)
+
+
 def test_a_clean_or_older_file_renders_plainly_and_says_which_it_is(fake_source):
     _flagged(fake_source, [])
     assert measures.guard_state("fake") == "clean" and measures.render("{measure}`fake.x`", "en") == "6.20×"

@@ -199,8 +199,11 @@ def _to_question(raw: dict[str, Any]) -> Question:
         name = raw["answer"].get("measure")
         try:  # a key read from a benchmark file follows it when the measurement is redone
             value = float(f"{measures.value(name):.4g}") if name else float(raw["answer"]["value"])
+            flagged = measures.flags(name) if name else []
         except measures.MeasureError as e:
             raise QuizError(f"question {raw['id']!r}: {e}") from None
+        if flagged:  # a key has no caveat to carry: a figure the baseline guard flags cannot be one
+            raise QuizError(f"question {raw['id']!r}: its key {name!r} is flagged by the baseline guard: {flagged[0]}")
         bounds = bounds_of(raw["answer"]["bounds"]) if "bounds" in raw["answer"] else None
         answer = Answer(value=value, tolerance=float(raw["answer"]["tolerance"]), measure=name, bounds=bounds)
     return Question(
