@@ -1087,7 +1087,7 @@ def test_quiz_filters_and_submit_needs_an_answer():
 
 def test_quiz_predict_then_run_shows_prediction_and_measurement():
     at = open_page("quiz", "en")
-    q = next(q for q in _bank() if q.experiment == "verify_cost_ratio_k4")
+    q = next(q for q in _bank() if q.experiment == "jacobi_forwards_per_token")
     ok(at.selectbox(key="quiz_lesson").set_value(q.lesson).run())
     ok(at.number_input(key=f"quiz_in_{q.id}").set_value(q.answer.value).run())
     ok(button(at, f"quiz_submit_{q.id}").click().run())

@@ -53,6 +53,9 @@ ARXIV_IDS = {
     "2607.05147",  # DSpark
     "2310.08461",  # DistillSpec: Improving Speculative Decoding via Knowledge Distillation
     "2502.14856",  # FR-Spec: frequency-ranked speculative sampling (reduced drafting vocabulary)
+    "2309.08168",  # Zhang et al.: Draft & Verify, self-speculation by skipping layers (ACL 2024; checked 2026-12-07)
+    "2410.11305",  # Zhao et al.: QSpec, complementary quantization schemes (EMNLP 2025; checked 2026-12-07)
+    "2502.10424",  # Tiwari et al.: QuantSpec, self-speculation with a 4-bit weights and KV cache (checked 2026-12-07)
 }
 ARXIV = re.compile(r"arXiv:\s*(\d{4}\.\d{4,5})")
 TIME_ESTIMATE = {"en": re.compile(r"\d+\s*minutes"), "zh": re.compile(r"\d+\s*分钟")}

@@ -177,3 +177,81 @@ def test_app_renders_measures_in_both_languages():
         shown = "\n".join(str(e.value) for e in at.markdown)
         assert measures.formatted(name) in shown and note in shown, lang
         assert "{measure}" not in shown and "{machine}" not in shown
+
+
+# ---------------------------------------------------------------- the baseline guard in the prose
+
+
+def _flagged(path: Path, flags: list[str] | None) -> None:
+    body = {"environment": {"cpu": "Test CPU", "threads": 2, "date": "2026-12-07 10:00:00 UTC"},
+            "summary": {"spec:x": {"speedup_vs_ar": 6.2, "mean_accepted_length": 4.9, "draft_k": 4}}}
+    if flags is not None:
+        body["flags"] = flags
+    path.write_text(json.dumps(body))
+
+
+FLAG = "spec:x: speedup 6.20x with k = 4 (ceiling k + 1 = 5): the plain step is slower than a verify"
+
+
+def test_a_flagged_figure_renders_only_with_its_caveat(fake_source, monkeypatch):
+    """A result file whose guard flags its run: its speedup is refused bare, rendered with the caveat."""
+    _flagged(fake_source, [FLAG])
+    monkeypatch.setitem(measures.MEASURES, "fake.tau", measures.Measure("fake", ("summary", "spec:x", "mean_accepted_length")))
+    assert measures.guard_state("fake") == "flagged" and measures.flags("fake.x") == [FLAG]
+    with pytest.raises(measures.MeasureError, match=r"'fake.x' .* flagged by the baseline guard: spec:x: speedup 6.20x"):
+        measures.render("x runs at {measure}`fake.x` {machine}`fake`.", "en")
+    out = measures.render("x runs at {measure}`fake.x|caveat` {machine}`fake`.", "en")
+    assert out.startswith("x runs at 6.20× (flagged: this run's one-token step was slower") and "(Test CPU" in out
+    assert "6.20×（已被标记" in measures.render("{measure}`fake.x|caveat`", "zh")
+    assert measures.names_in("{measure}`fake.x|caveat` and {measure}`fake.tau`") == ["fake.x", "fake.tau"]
+    assert measures.render("{measure}`fake.tau`", "en") == "4.90"  # a count: a slow step does not change it
+    assert not measures.is_timed("fake.tau") and measures.is_timed("fake.x")
+
+
+def test_a_flagged_figure_cannot_be_a_quiz_key(fake_source, tmp_path):
+    from specdec_core.course.quiz import SCHEMA_PATH, QuizError, load_bank
+
+    folder = tmp_path / "quiz"
+    folder.mkdir()
+    (folder / "08-applications.yaml").write_text(
+        "- id: q08-read-x\n  type: numeric\n  difficulty: mid\n  lesson: 08-applications\n  tags: [speedup]\n"
+        "  source: new\n  prompt: {zh: 题, en: q}\n  answer: {measure: fake.x, tolerance: 0.1}\n"
+        "  explanation: {zh: 解, en: x}\n", encoding="utf-8")
+    _flagged(fake_source, [])
+    assert load_bank(folder, SCHEMA_PATH)[0].answer.value == 6.2
+    _flagged(fake_source, [FLAG])
+    with pytest.raises(QuizError, match="q08-read-x.*'fake.x' is flagged by the baseline guard"):
+        load_bank(folder, SCHEMA_PATH)
+
+
+def test_a_clean_or_older_file_renders_plainly_and_says_which_it_is(fake_source):
+    _flagged(fake_source, [])
+    assert measures.guard_state("fake") == "clean" and measures.render("{measure}`fake.x`", "en") == "6.20×"
+    assert measures.render("{measure}`fake.x|caveat`", "en") == "6.20×"  # no flag, no caveat
+    _flagged(fake_source, None)  # written before the guard: unchecked, rendered as before ...
+    assert measures.guard_state("fake") == "predates" and measures.render("{measure}`fake.x`", "en") == "6.20×"
+    assert measures.recomputed_flags("fake")[0].startswith("spec:x: speedup 6.20x with k = 4")  # ... but listed
+
+
+def test_recomputed_flags_read_the_raw_ratios_of_the_same_machine(fake_source, monkeypatch):
+    profile = fake_source.parent / "cost-fake.json"
+    profile.write_text(json.dumps({"forward_s": [{"tokens": 1, "batch": 1, "seconds": 0.063},
+                                                 {"tokens": 3, "batch": 1, "seconds": 0.039}]}))
+    _flagged(fake_source, None)
+    data = json.loads(fake_source.read_text())
+    data["summary"]["spec:x"]["speedup_vs_ar"] = 1.9  # below k + 1: only the profile can tell
+    fake_source.write_text(json.dumps(data))
+    assert measures.recomputed_flags("fake") == []
+    monkeypatch.setitem(measures.SOURCES, "fake", measures.Source("benchmarks/fake-cpu.json", "§0",
+                                                                  profile="benchmarks/cost-fake.json"))
+    (flag,) = measures.recomputed_flags("fake")
+    assert flag.startswith("r(2) = 0.619 < 0.95")
+
+
+def test_which_shipped_figures_predate_the_guard_and_would_be_refused():
+    """Explicit: no shipped source carries `flags` yet (all predate the guard and render unchecked), and the
+    guard's checks redone from their raw data flag exactly the §16 runs of the Intel Xeon (r(k) 0.60-0.72).
+    Re-pointing the measures at re-measured files changes this list (issue 52 §5)."""
+    assert {src for src in measures.SOURCES if measures.guard_state(src) != "predates"} == set()
+    assert {src for src in measures.SOURCES if measures.recomputed_flags(src)} == {
+        "retrained", "retrained-fresh", "trees-retrained", "retrained-block"}

@@ -10,6 +10,14 @@ unknown, its file missing, a key missing — raises MeasureError: never a blank.
 
     render("heads runs at {measure}`trained.heads.speedup` {machine}`trained`.", "en")
     # -> 'heads runs at 1.02× (AMD EPYC, 2 threads, 2026-12-02; BENCHMARKS.md §7a).'
+
+The baseline guard (`specdec_core.guard`) writes `flags` into every result file it checks: r(k) below
+theory.R_FLOOR, a speedup above k + 1. Either says the run's one-token step was slow, which inflates
+every wall-clock figure the file holds. A timed measure (`timed`) of a flagged file renders only with
+its caveat, {measure}`name|caveat`; plain {measure}`name` raises MeasureError. Counts (τ, s_i) are
+never refused: a slow step does not change them. A file with no `flags` field predates the guard
+(`guard_state` says "predates"): it renders as before, unchecked; `impossible` recomputes the guard's
+checks from such a file's raw data.
 """
 from __future__ import annotations
 
@@ -22,11 +30,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import SpecDecError
+from ..guard import ratio_flags, raw_ratios, speedup_flags
 from ..metrics import pooled_per_position
 
 ROOT = Path(__file__).resolve().parents[2]
 WEIGHTS = "specdec_core/weights/smollm2-135m/manifest.json"
-MEASURE = re.compile(r"\{measure\}`([^`]+)`")
+MEASURE = re.compile(r"\{measure\}`([^`|]+)(\|caveat)?`")  # name, then "|caveat" for a flagged figure
 MACHINE = re.compile(r"\{machine\}`([^`]+)`")
 
 Key = str | int | dict  # a dict picks the one element of a list whose fields have those values
@@ -47,6 +56,9 @@ class Source:
     cpu: str = ""
     date: str = ""
     offline: bool = False
+    # the cost profile measured on the same machine the same day, whose raw r(k) `recomputed_flags` reads
+    # for a file that carries no flags of its own (relative to the repository root)
+    profile: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,8 +69,10 @@ class Measure:
     per: tuple[Key, ...] | None = None  # divide by the number at this path: a ratio of two entries
     scale: float = 1.0  # e.g. 100 for a percentage
     derive: Callable[[Any], float] | None = None  # for a number the file holds only in parts (path: what it reads)
+    timed: bool | None = None  # a wall-clock figure, which the guard's flags concern (None: `is_timed` infers it)
 
 
+INTEL_PROFILE = "benchmarks/cost-drafters-cpu-bench.json"
 SOURCES: dict[str, Source] = {
     "cost": Source("benchmarks/cost-cpu.json", "§3", cpu="AMD EPYC", date="2026-12-01"),
     "suite": Source("benchmarks/results-suite-cpu.json", "§1"),
@@ -76,9 +90,11 @@ SOURCES: dict[str, Source] = {
     "gap": Source("benchmarks/acceptance-gap-cpu.json", "§10", offline=True),  # offline vs the loop, on suite prompts
     "curve": Source("benchmarks/scaling-curve-cpu.json", "§14", offline=True),  # train-curve: s_1 against data
     # §16, the frozen retrained drafters: the suite with each kind at its k, the fresh set, eagle's trees
-    "retrained": Source("benchmarks/retrained-suite-cpu.json", "§16"),
-    "retrained-fresh": Source("benchmarks/retrained-fresh-cpu.json", "§16"),
-    "trees-retrained": Source("benchmarks/trees-retrained-cpu.json", "§16"),
+    # (measured on the Intel Xeon whose profile §16a committed as cost-drafters-cpu-bench.json)
+    "retrained": Source("benchmarks/retrained-suite-cpu.json", "§16", profile=INTEL_PROFILE),
+    "retrained-fresh": Source("benchmarks/retrained-fresh-cpu.json", "§16", profile=INTEL_PROFILE),
+    "trees-retrained": Source("benchmarks/trees-retrained-cpu.json", "§16", profile=INTEL_PROFILE),
+    "retrained-block": Source("benchmarks/retrained-block-tau-cpu.json", "§16d", profile=INTEL_PROFILE),
 }
 
 
@@ -116,10 +132,9 @@ def _tau_gain(k: int) -> Measure:
                    derive=lambda d: _tau(d, f"spec:block@k={k},t=0") / _tau(d, f"spec:block-parallel@k={k},t=0") - 1)
 
 
-def _family() -> dict[str, Measure]:
-    """The registry: every name a lesson or quiz text quotes (a test checks that each one is quoted)."""
-    m: dict[str, Measure] = {
-        # §3, the cost profile: forwards over n new tokens, the draft steps it timed, the copy bandwidth
+def _cost() -> dict[str, Measure]:
+    """§3, the cost profile: forwards over n new tokens, the draft steps it timed, the copy bandwidth."""
+    m = {
         "cost.forward_1_ms": Measure("cost", _forward(1), "{:.0f} ms", scale=1000),
         "cost.c.ngram": Measure("cost", ("draft_step_s", "ngram"), "{:.3f}", per=_forward(1)),
         "cost.c.early_exit": Measure("cost", ("draft_step_s", "early-exit"), "{:.2f}", per=_forward(1)),
@@ -128,22 +143,19 @@ def _family() -> dict[str, Measure]:
         # a one-token forward's weight traffic (all weights once) over the measured copy bandwidth
         "cost.roofline_share": Measure("cost", ("weight_bytes",), "{:.0f} %", scale=100, derive=lambda d: (
             d["weight_bytes"] / _seconds(d, 1, 1) / (d["bandwidth_gb_s"] * 1e9))),
-        # §1, the whole suite
-        "suite.copy.speedup": Measure("suite", ("by_category", "copy", "spec:ngram", "speedup_vs_ar"), "{:.2f}×"),
-        "suite.early_exit.acceptance": Measure("suite", _mode("spec:early-exit", "acceptance_rate")),
-        # §7a: the trained drafters on the suite's free text
-        "trained.eagle.chat": Measure("trained", ("by_category", "chat", "spec:eagle", "speedup_vs_ar"), "{:.2f}×"),
-        "trained.eagle.s1": Measure("trained", _mode("spec:eagle", "acceptance_per_pos", 0)),
-        # §8a: what the block drafter's Markov head adds to τ
-        "block.gain.k5": _tau_gain(5),
-        "block.gain.k7": _tau_gain(7),
-        "block-t1.gain": Measure("block-t1", _mode("spec:block", "mean_accepted_length"), "{:+.1f} %", scale=100,
-                                 derive=lambda d: _tau(d, "spec:block") / _tau(d, "spec:block-parallel") - 1),
-        # §8b: calibration of the block drafter's confidence head (offline, held-out sequences)
-        "calibration.p1.t": Measure("calibration", ("greedy", "positions", {"position": 1}, "temperature"), "{:.2f}"),
     }
     for n in (2, 5, 16):  # r(n): a forward over n new tokens over a one-token forward
         m[f"cost.r.{n}"] = _verify_ratio(n)
+    return m
+
+
+def _suite_sweep_trained() -> dict[str, Measure]:
+    """§1 the whole suite, §2 the k sweep, §7a and §7b′ the template-trained drafters."""
+    m = {
+        "suite.copy.speedup": Measure("suite", ("by_category", "copy", "spec:ngram", "speedup_vs_ar"), "{:.2f}×"),
+        "suite.early_exit.acceptance": Measure("suite", _mode("spec:early-exit", "acceptance_rate")),
+        "trained.eagle.s1": Measure("trained", _mode("spec:eagle", "acceptance_per_pos", 0)),
+    }
     for name, mode, category in (("sweep.sim.k4", "spec:sim@k=4,t=0", None), ("sweep.sim.k8", "spec:sim@k=8,t=0", None),
                                  ("sweep.sim.k16", "spec:sim@k=16,t=0", None),  # §2: the k sweep on the quick suite
                                  ("sweep.ngram.copy.k16", "spec:ngram@k=16,t=0", "copy"),
@@ -157,6 +169,19 @@ def _family() -> dict[str, Measure]:
         for k in (1, 2, 3, 4):  # §7b′: the k sweep on the quick suite
             m[f"trained-k.{drafter}.k{k}"] = Measure("trained-k", _mode(f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"),
                                                      "{:.2f}×")
+    return m
+
+
+def _block() -> dict[str, Measure]:
+    """§8: the block drafters' τ and speed (8a), their calibration (8b) and the load test of scheme A (8c)."""
+    m = {  # §8a: what the block drafter's Markov head adds to τ
+        "block.gain.k5": _tau_gain(5),
+        "block.gain.k7": _tau_gain(7),
+        "block-t1.gain": Measure("block-t1", _mode("spec:block", "mean_accepted_length"), "{:+.1f} %", scale=100,
+                                 derive=lambda d: _tau(d, "spec:block") / _tau(d, "spec:block-parallel") - 1),
+        # §8b: calibration of the block drafter's confidence head (offline, held-out sequences)
+        "calibration.p1.t": Measure("calibration", ("greedy", "positions", {"position": 1}, "temperature"), "{:.2f}"),
+    }
     for drafter in ("block", "block-parallel", "eagle"):  # §8a: the whole suite, greedy, k = 7
         mode = f"spec:{drafter}@k=7,t=0"
         m[f"block.{drafter}.tau7"] = Measure("block", _mode(mode, "mean_accepted_length"))
@@ -178,18 +203,26 @@ def _family() -> dict[str, Measure]:
             "calibration", (regime, "positions", {"position": j}, f"ece_{when}"), "{:.1f} %", scale=100)
     for c in (1, 4):  # §8c: plain decoding's per-user speed as requests join
         m[f"load-block.ar.user.c{c}"] = Measure("load-block", ("runs", {"scheme": "ar", "concurrency": c},
-                                                               "per_user_tok_s"), "{:.1f}")
+                                                               "per_user_tok_s"), "{:.1f}", timed=True)
+    return m
+
+
+def _quant() -> dict[str, Measure]:
+    """§9: the quantised copies: kernels (9b), the suite once (9c) and its medians of 3 repeats (9e)."""
+    m: dict[str, Measure] = {}
     for weights in ("fp32", "int8", "int4"):  # §9b: bytes per token, AR speed, the time outside matmuls
         m[f"quant.{weights}.mb"] = Measure("quant", ("models", weights, "bytes"), "{:.0f} MB", scale=1e-6)
-        m[f"quant.{weights}.outside"] = Measure("quant", ("models", weights, "outside_matmul_share"), "{:.0f} %", scale=100)
+        m[f"quant.{weights}.outside"] = Measure("quant", ("models", weights, "outside_matmul_share"), "{:.0f} %", scale=100,
+                                                timed=True)
         m[f"quant.{weights}.roofline_share"] = Measure("quant", ("models", weights, "ar_tokens_per_s"), "{:.0f} %",
-                                                       per=("models", weights, "roofline_tokens_per_s"), scale=100)
+                                                       per=("models", weights, "roofline_tokens_per_s"), scale=100,
+                                                       timed=True)
         if weights != "fp32":
             m[f"quant.{weights}.ar"] = Measure("quant", ("models", weights, "ar_tokens_per_s"), "{:.2f}×",
                                                per=("models", "fp32", "ar_tokens_per_s"))
     m["quant.outside_ms"] = Measure("quant", ("models", "int4", "outside_matmul_ms"), "{:.0f} ms")
     m["quant.int4.step"] = Measure("quant", ("models", "int4", "forward_ms", "1"), "{:.0f} %", scale=100,
-                                   per=("models", "fp32", "forward_ms", "1"))  # a one-token int4 step / fp32's
+                                   per=("models", "fp32", "forward_ms", "1"), timed=True)  # a one-token int4 step / fp32's
     for name, mode in (("int4", "ar@weights=int4"), ("int8", "ar@weights=int8"), ("quant", "spec:quant"),
                        ("mix", "spec:mix")):  # §9e: the suite, k = 4, medians of 3 repeats
         m[f"quant-suite.{name}.speedup"] = Measure("quant-suite", _mode(mode, "speedup_vs_ar"), "{:.2f}×")
@@ -202,14 +235,36 @@ def _family() -> dict[str, Measure]:
     m["quant-suite.quant.s1"] = Measure("quant-suite", _mode("spec:quant", "acceptance_per_pos", 0), "{:.3f}")
     m["quant-suite.quant.tau"] = Measure("quant-suite", _mode("spec:quant", "mean_accepted_length"))
     m["quant-suite.quant.mb"] = Measure("quant-suite", _mode("spec:quant", "drafter_bytes"), "{:.0f} MB", scale=1e-6)
+    # §9e's outside reference, interleaved in the same run: llama.cpp's plain decoding (its Q4 GGUF) against
+    # the lab's fp32 AR, and the lab's int4 AR against it
+    m["quant-suite.llamacpp.ar"] = Measure("quant-suite", _mode("llamacpp:ar", "tokens_per_s"), "{:.2f}×",
+                                           per=_mode("ar", "tokens_per_s"))
+    m["quant-suite.int4.vs_llamacpp"] = Measure("quant-suite", _mode("ar@weights=int4", "tokens_per_s"), "{:.2f}×",
+                                                per=_mode("llamacpp:ar", "tokens_per_s"))
+    return m
+
+
+def _cards_gap() -> dict[str, Measure]:
+    """The model cards (held out, offline) and §10, the gap between offline acceptance and the loop's."""
     eagle_card = ("files", "eagle.safetensors", "card", "offline_heldout", "greedy")  # the model card, held out
-    m["cards.eagle.s1"] = Measure("cards", (*eagle_card, "survival", 0))
-    m["cards.eagle.a4"] = Measure("cards", (*eagle_card, "conditional", 3))
     chat = ("kinds", "eagle", "categories", "chat")  # §10: eagle on the suite's chat answers, offline and in the loop
-    m["gap.eagle.chat.offline"] = Measure("gap", (*chat, "offline", "walked_survival", 0), "{:.3f}")
-    m["gap.eagle.chat.loop"] = Measure("gap", (*chat, "loop", "survival", 0), "{:.3f}")
-    m["gap.heads.qa.coverage"] = Measure("gap", ("kinds", "heads", "categories", "qa", "vocab_coverage"), "{:.0f} %", scale=100)
-    # §14: the same steps at every point; the lessons name three of them (the two 100k points compare the mix)
+    m = {
+        "cards.eagle.s1": Measure("cards", (*eagle_card, "survival", 0)),
+        "cards.eagle.a4": Measure("cards", (*eagle_card, "conditional", 3)),
+        "gap.eagle.chat.offline": Measure("gap", (*chat, "offline", "walked_survival", 0), "{:.3f}"),
+        "gap.eagle.chat.loop": Measure("gap", (*chat, "loop", "survival", 0), "{:.3f}"),
+        "gap.heads.qa.coverage": Measure("gap", ("kinds", "heads", "categories", "qa", "vocab_coverage"), "{:.0f} %",
+                                         scale=100),
+    }
+    for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
+        m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
+                                           "{:.1f} %", scale=100)
+    return m
+
+
+def _curve() -> dict[str, Measure]:
+    """§14, the scaling curve: the same steps at every point; the lessons name three of them (the two
+    100k points compare the mix)."""
     named_points = {"templates": "templates-100000", "mixed": "all-100000", "mixed300k": "all-300000"}
 
     def point_s1(point: dict) -> float:  # s_1 averaged over the curve's categories (chat, qa, story)
@@ -225,6 +280,7 @@ def _family() -> dict[str, Measure]:
         mx, my = sum(x) / len(x), sum(y) / len(y)
         return sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
 
+    m: dict[str, Measure] = {}
     for name, point in named_points.items():
         m[f"curve.{name}.s1"] = Measure("curve", ("points", point, "categories"), "{:.3f}",
                                         derive=lambda d, point=point: point_s1(d["points"][point]))
@@ -233,10 +289,18 @@ def _family() -> dict[str, Measure]:
     m["curve.largest.s1"] = Measure("curve", ("points",), "{:.3f}", derive=lambda d: point_s1(grown(d)[-1]))
     m["curve.largest.tokens"] = Measure("curve", ("points",), "{:,.0f}", derive=lambda d: grown(d)[-1]["response_tokens"])
     m["curve.per_tenfold"] = Measure("curve", ("points",), "{:+.3f}", derive=per_tenfold)
-    m.update(_retrained())
-    for n in ("4096", "8192"):  # the reduced vocabulary's coverage of held-out answer tokens
-        m[f"cards.coverage.{n}"] = Measure("cards", ("files", "heads.safetensors", "card", "vocab", "coverage", n),
-                                           "{:.1f} %", scale=100)
+    return m
+
+
+def _family() -> dict[str, Measure]:
+    """The registry: every name a lesson or quiz text quotes (a test checks that each one is quoted)."""
+    groups = (_cost(), _suite_sweep_trained(), _block(), _quant(), _cards_gap(), _curve(), _retrained())
+    m: dict[str, Measure] = {}
+    for group in groups:
+        clash = set(m) & set(group)
+        if clash:
+            raise MeasureError(f"registered twice: {sorted(clash)}")
+        m.update(group)
     return m
 
 
@@ -278,13 +342,14 @@ def _retrained() -> dict[str, Measure]:
     m["retrained-fresh.eagle.tau"] = Measure("retrained-fresh", summary, derive=at_k("eagle", "mean_accepted_length"))
     m["retrained-fresh.eagle.s1"] = Measure("retrained-fresh", ("results",), "{:.2f}", derive=lambda d: _free_s1(d, "eagle"))
     # eagle's chain at k = 4 against its dynamic trees of depth 4 (the suite's chat, qa and story prompts)
-    m["trees-retrained.eagle.k4.chat"] = Measure("trees-retrained", ("by_category", "chat", "spec:eagle@k=4", "speedup_vs_ar"),
-                                                 "{:.2f}×")
     chain, dynamic, dynamic8 = "spec:eagle@k=4", "spec:eagle@k=4@tree=dynamic", "spec:eagle@k=4@tree=dynamic@nodes=8"
     for name, mode in (("chain", chain), ("dynamic", dynamic), ("dynamic8", dynamic8)):
         m[f"trees-retrained.{name}.speedup"] = Measure("trees-retrained", _mode(mode, "speedup_vs_ar"), "{:.2f}×")
     for name, mode in (("chain", chain), ("dynamic", dynamic)):
         m[f"trees-retrained.{name}.tau"] = Measure("trees-retrained", _mode(mode, "mean_accepted_length"))
+    # §16d: what the retrained block drafter's Markov head adds to τ at k = 7 (the whole suite, greedy)
+    m["retrained-block.gain"] = Measure("retrained-block", _mode("spec:block", "mean_accepted_length"), "{:+.1f} %",
+                                        scale=100, derive=lambda d: _tau(d, "spec:block") / _tau(d, "spec:block-parallel") - 1)
     return m
 
 
@@ -343,9 +408,85 @@ def value(name: str) -> float:
     return number * m.scale
 
 
-def formatted(name: str) -> str:
+def is_timed(name: str) -> bool:
+    """Whether a measure is a wall-clock figure (a speedup, a time, a cost ratio), which a slow one-token
+    step distorts; counts (τ, s_i, acceptance, bytes) are not. Explicit on the Measure, else inferred:
+    anything of the cost profile, and any × or ms figure of a run that timed something."""
+    m = MEASURES[name]
+    if m.timed is not None:
+        return m.timed
+    if SOURCES[m.source].offline:
+        return False
+    return m.source == "cost" or m.fmt.endswith(("×", " ms"))
+
+
+def guard_state(source: str) -> str:
+    """"flagged" (the file's `flags` list is not empty), "clean" (empty) or "predates" (no `flags` field:
+    written before the guard existed, so nobody checked it; rendered as unflagged, see `impossible`)."""
+    data = load(source)
+    if not isinstance(data, dict) or "flags" not in data:
+        return "predates"
+    return "flagged" if data["flags"] else "clean"
+
+
+def flags(name: str) -> list[str]:
+    """The guard's flags that concern a measure: its file's, if the measure is timed; [] otherwise."""
+    if name not in MEASURES:
+        raise MeasureError(f"unknown measure {name!r}: register it in specdec_core/course/measures.py")
+    if not is_timed(name) or guard_state(MEASURES[name].source) != "flagged":
+        return []
+    return list(load(MEASURES[name].source)["flags"])
+
+
+def recomputed_flags(source: str) -> list[str]:
+    """The guard's checks redone from a file's raw data, for files that predate the guard's `flags`: the
+    raw r(k) of a cost profile (the file's own, its run's environment's, or its Source.profile: the same
+    machine's profile of the same day), and every mode's speedup, overall and per
+    category, against k + 1 (k from the summary's draft_k, else the mode's @k=, else the run's one k).
+    What the guard would have written; `render` does not use it (the files are re-measured, not edited)."""
+    data = load(source)
+    if not isinstance(data, dict):
+        return []
+    found = []
+    if SOURCES[source].profile:
+        profile = json.loads((ROOT / SOURCES[source].profile).read_text(encoding="utf-8"))
+        found += ratio_flags(raw_ratios(profile["forward_s"]))
+    if "forward_s" in data:
+        found += ratio_flags(raw_ratios(data["forward_s"]))
+    raw = (data.get("environment") or {}).get("verify_ratios_raw")
+    if raw:
+        found += ratio_flags({int(k): r for k, r in raw.items()})
+    ks = (data.get("config") or {}).get("k")
+    only_k = ks[0] if isinstance(ks, list) and len(ks) == 1 else ks if isinstance(ks, int) else None
+    for mode, row in (data.get("summary") or {}).items():
+        if not isinstance(row, dict) or not isinstance(row.get("speedup_vs_ar"), (int, float)) or not mode.startswith("spec"):
+            continue
+        at = re.search(r"@k=(\d+)", mode)
+        k = row.get("draft_k") or (int(at.group(1)) if at else only_k)
+        per_category = {c: modes[mode]["speedup_vs_ar"] for c, modes in (data.get("by_category") or {}).items()
+                        if mode in modes and isinstance(modes[mode].get("speedup_vs_ar"), (int, float))}
+        found += speedup_flags(mode, k, per_category, row["speedup_vs_ar"])
+    return found
+
+
+_CAVEAT = {
+    "en": " (flagged: this run's one-token step was slower than a multi-token forward, so the figure is inflated)",
+    "zh": "（已被标记：这次运行的单 token 步比多 token 前向还慢，这个数字被夸大了）",
+}
+
+
+def formatted(name: str, caveat: str | None = None) -> str:
+    """The measure as the prose shows it. A timed figure that the guard flagged needs its caveat: pass the
+    language (`caveat="en"`), and it is appended; without it MeasureError. An unflagged figure ignores it."""
     number = value(name)  # raises for an unknown name first
-    return MEASURES[name].fmt.format(number)
+    text = MEASURES[name].fmt.format(number)
+    found = flags(name)
+    if not found:
+        return text
+    if caveat is None:
+        raise MeasureError(f"{name!r} ({SOURCES[MEASURES[name].source].file}) is flagged by the baseline guard: "
+                           f"{found[0]}; quote it as {{measure}}`{name}|caveat` or quote another run")
+    return text + _CAVEAT[caveat]
 
 
 def machine_note(source: str, lang: str) -> str:
@@ -367,13 +508,13 @@ def render(text: str, lang: str) -> str:
     """Replace every {measure} and {machine} role by its value and note; MeasureError if one does not resolve."""
     if lang not in _NOTE:
         raise MeasureError(f"lang must be one of {tuple(_NOTE)}, got {lang!r}")
-    text = MEASURE.sub(lambda match: formatted(match.group(1)), text)
+    text = MEASURE.sub(lambda match: formatted(match.group(1), lang if match.group(2) else None), text)
     return MACHINE.sub(lambda match: machine_note(match.group(1), lang), text)
 
 
 def names_in(text: str) -> list[str]:
     """The measure names a text quotes, in order."""
-    return MEASURE.findall(text)
+    return [match.group(1) for match in MEASURE.finditer(text)]
 
 
 def sources_in(text: str) -> list[str]:

@@ -42,6 +42,7 @@ import jsonschema
 import yaml
 
 from ..errors import SpecDecError
+from ..theory import R_FLOOR
 from . import measures
 
 if TYPE_CHECKING:  # only for the type hint; the real import is lazy (see quiz_widget)
@@ -84,11 +85,14 @@ class Choice:
 class Answer:
     """The expected number of a numeric question; right when |given - value| <= tolerance.
 
-    ``measure`` names the measured number the value was read from (None: the bank states it)."""
+    ``measure`` names the measured number the value was read from (None: the bank states it);
+    ``bounds`` is the interval the quantity cannot leave on any machine (`quiz_keys` checks the key
+    against it)."""
 
     value: float
     tolerance: float
     measure: str | None = None
+    bounds: tuple[float, float] | None = None  # where the quantity can lie at all (`bounds_of`)
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,23 @@ def validate_file_data(data: Any, schema: dict[str, Any], where: str = "<data>")
         raise QuizError(f"{where} does not match the quiz schema:\n" + "\n".join(lines))
 
 
+def bounds_of(spec: dict[str, Any]) -> tuple[float, float]:
+    """The interval an answer's `bounds` allow (schema.json, $defs/bounds): what the quantity can be on
+    any hardware, before a machine is asked. A (k+1)-token forward reads the same weights as a one-token
+    step, so r >= 1 (theory.R_FLOOR leaves room for noise; below it the one-token step is slow); a chain
+    that drafts k tokens commits 1 to k + 1 per verify, so 1 <= tau <= k + 1 and a speedup is at most
+    k + 1 (a free drafter, r = 1)."""
+    k = spec.get("k")
+    low, high = {
+        "tau": (1.0, (k or 0) + 1.0),
+        "speedup": (0.0, (k or 0) + 1.0),
+        "r": (R_FLOOR, k + 1.0 if k else math.inf),
+        "fraction": (0.0, 1.0),
+        "ratio": (-math.inf, math.inf),
+    }[spec["quantity"]]
+    return max(low, spec.get("low", -math.inf)), min(high, spec.get("high", math.inf))
+
+
 def _to_question(raw: dict[str, Any]) -> Question:
     """Turn one schema-valid dict into a Question."""
     choices = tuple(
@@ -178,9 +199,13 @@ def _to_question(raw: dict[str, Any]) -> Question:
         name = raw["answer"].get("measure")
         try:  # a key read from a benchmark file follows it when the measurement is redone
             value = float(f"{measures.value(name):.4g}") if name else float(raw["answer"]["value"])
+            flagged = measures.flags(name) if name else []
         except measures.MeasureError as e:
             raise QuizError(f"question {raw['id']!r}: {e}") from None
-        answer = Answer(value=value, tolerance=float(raw["answer"]["tolerance"]), measure=name)
+        if flagged:  # a key has no caveat to carry: a figure the baseline guard flags cannot be one
+            raise QuizError(f"question {raw['id']!r}: its key {name!r} is flagged by the baseline guard: {flagged[0]}")
+        bounds = bounds_of(raw["answer"]["bounds"]) if "bounds" in raw["answer"] else None
+        answer = Answer(value=value, tolerance=float(raw["answer"]["tolerance"]), measure=name, bounds=bounds)
     return Question(
         id=raw["id"],
         type=raw["type"],

@@ -10,6 +10,11 @@ correct prediction wrong. Two sets of measurements are checked:
   (`make test` runs `python -m specdec_core.course.quiz_keys --cache` after the notebooks).
 
     misses(load_bank(), recorded_values())   # [] when every key covers every recorded value
+
+A key must also stay inside its `answer.bounds` (`quiz.bounds_of`: 1 <= tau <= k + 1, r >= R_FLOOR, a
+speedup <= k + 1, ...): a key that accepts an impossible number grades a broken machine right, and
+then the question tests the machine instead of the learner's reasoning. `out_of_bounds` lists them,
+and every predict-then-run question must declare its bounds (`unbounded`).
 """
 from __future__ import annotations
 
@@ -37,6 +42,19 @@ class Miss:
     def __str__(self) -> str:
         return (f"{self.question}: {self.experiment} = {self.value:.4g} ({self.where}) is outside the key's "
                 f"range {self.low:.4g}–{self.high:.4g}")
+
+
+@dataclass(frozen=True)
+class OutOfBounds:
+    question: str
+    low: float  # the key's accepted interval
+    high: float
+    bound_low: float  # where the quantity can lie at all
+    bound_high: float
+
+    def __str__(self) -> str:
+        return (f"{self.question}: the key accepts {self.low:.4g}–{self.high:.4g}, outside the bounds "
+                f"{self.bound_low:.4g}–{self.bound_high:.4g} of what the quantity can be")
 
 
 def recorded_values(outputs_dir=None) -> dict[str, list[tuple[str, float]]]:
@@ -76,6 +94,38 @@ def misses(bank: Iterable[Question], values: Values) -> list[Miss]:
     return out
 
 
+def out_of_bounds(bank: Iterable[Question]) -> list[OutOfBounds]:
+    """Each numeric question whose accepted range (value ± tolerance) leaves its declared bounds."""
+    out = []
+    for q in bank:
+        if q.answer is None or q.answer.bounds is None:
+            continue
+        low, high = q.answer.value - q.answer.tolerance, q.answer.value + q.answer.tolerance
+        bound_low, bound_high = q.answer.bounds
+        if low < bound_low - 1e-9 or high > bound_high + 1e-9:
+            out.append(OutOfBounds(q.id, low, high, bound_low, bound_high))
+    return out
+
+
+def unbounded(bank: Iterable[Question]) -> list[str]:
+    """Predict-then-run questions that declare no bounds for their answer."""
+    return [q.id for q in bank if q.experiment and q.answer is not None and q.answer.bounds is None]
+
+
+def impossible(bank: Iterable[Question], values: Values) -> list[Miss]:
+    """Measurements outside their question's bounds: a figure the hardware cannot produce (r < R_FLOOR,
+    a speedup above k + 1), which the machine's slow one-token step made. Reported, not failed: the
+    guard (`specdec_core.guard`) flags them where they are measured."""
+    out = []
+    for q in bank:
+        if not q.experiment or q.answer is None or q.answer.bounds is None:
+            continue
+        low, high = q.answer.bounds
+        out += [Miss(q.id, q.experiment, where, value, low, high)
+                for where, value in values.get(q.experiment, ()) if not low - 1e-9 <= value <= high + 1e-9]
+    return out
+
+
 def unmeasured(bank: Iterable[Question], values: Values) -> list[str]:
     """Predict-then-run questions with no measurement of their experiment in `values`."""
     return [q.id for q in bank if q.experiment and not values.get(q.experiment)]
@@ -94,7 +144,15 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; not measured here: {', '.join(unmeasured(bank, values))}" if unmeasured(bank, values) else ""))
     for miss in found:
         print(f"  KEY EXCLUDES ITS MEASUREMENT  {miss}")
-    return 1 if found else 0
+    outside, bare = out_of_bounds(bank), unbounded(bank)
+    for key in outside:
+        print(f"  KEY LEAVES ITS BOUNDS  {key}")
+    for qid in bare:
+        print(f"  PREDICT-THEN-RUN KEY WITHOUT BOUNDS  {qid}")
+    for miss in impossible(bank, values):
+        print(f"  note: impossible measurement (a slow one-token step?)  {miss.question}: {miss.experiment} = "
+              f"{miss.value:.4g} ({miss.where}) is outside the bounds {miss.low:.4g}–{miss.high:.4g}")
+    return 1 if found or outside or bare else 0
 
 
 if __name__ == "__main__":
