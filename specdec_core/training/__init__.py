@@ -5,5 +5,6 @@
 `vocab.py` (the reduced output vocabulary, chosen by measurement) → `batches.py` (sequences as padded
 batches, aligned by anchor) → `objectives.py` (what each drafter kind computes, the distillation loss,
 offline acceptance) → `train.py` (`train-draft` with checkpoints and resume, `eval-draft`, export of
-weights and model card) → `cli.py`.
+weights and model card) → `commands.py` (the `make-data`, `train-draft`, `train-curve`, `eval-draft` and
+`tree-shape` commands: their options and handlers).
 """

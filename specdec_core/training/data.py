@@ -127,6 +127,18 @@ def default_folder(model: str) -> Path:
     return cache_dir() / "corpus" / model if model == "tiny" else corpus_dir(model)
 
 
+# The smoke corpus: tiny, shards of 8 sequences of 16 tokens, a quarter held out.
+SMOKE = DataConfig(model="tiny", max_new_tokens=16, concurrency=4, shard_size=8, heldout=0.25)
+
+
+def smoke_corpus(lm: LoadedModel) -> Path:
+    """A tiny corpus for `--smoke` training (made once, then reused from the cache): 2 shards of 8."""
+    folder, manifest = open_corpus(lm, SMOKE, default_folder("tiny") / "smoke", resume=True)
+    if len(manifest["shards"]) < 2:
+        grow(lm, SMOKE, folder, manifest, 2 - len(manifest["shards"]))
+    return folder
+
+
 def fresh_manifest(lm: LoadedModel, config: DataConfig) -> dict:
     model_config = lm.model.config
     return {
