@@ -34,6 +34,15 @@ def bench_options(b: argparse.ArgumentParser) -> None:
     add_generation_options(b, sweep=True)
 
 
+def remote_settings(args: argparse.Namespace, seed: int = 0):
+    """--endpoint's RemoteSettings (bench/remote.py); --model's local default names no served model."""
+    from .remote import RemoteSettings
+
+    return RemoteSettings(endpoint=args.endpoint, baseline=args.baseline_endpoint,
+                          model=None if args.model == "smollm2-135m" else args.model, max_tokens=args.max_new_tokens,
+                          seed=seed, no_prompt_cache=args.no_prompt_cache)
+
+
 def check_endpoint_options(args: argparse.Namespace) -> None:
     """--baseline-endpoint and --no-prompt-cache only go with --endpoint (bench and load-test)."""
     if args.baseline_endpoint and not args.endpoint:
@@ -46,8 +55,12 @@ def run_bench_command(args: argparse.Namespace) -> dict:
     """`bench`: the local engine's modes (bench/run.py), or with --endpoint a server's (bench/remote.py)."""
     check_endpoint_options(args)
     if args.endpoint:  # a remote server instead of the local engine
-        from .remote import run_remote_bench_command
-        return run_remote_bench_command(args)
+        from .remote import remote_bench
+
+        if len(args.temperature) != 1:
+            raise SpecDecError("--endpoint runs one temperature (the server decides the rest of its sampling)")
+        return remote_bench(remote_settings(args, args.seed), args.prompts, args.out, args.categories, args.limit, args.repeats,
+                            args.temperature[0])
     from .run import BenchRun, run_bench
     return run_bench(BenchRun(
         prompts=args.prompts, modes=args.modes, out=args.out, ks=args.k, temperatures=args.temperature,
@@ -138,9 +151,16 @@ def run_load_test_command(args: argparse.Namespace) -> None:
     args.concurrency_given = args.concurrency is not None
     args.concurrency = args.concurrency or [1, 2, 4, 8, 16, 32]
     check_endpoint_options(args)
-    if args.endpoint:  # a remote server instead of the local engine (bench/remote.py)
-        from .remote import run_remote_load_test_command
-        run_remote_load_test_command(args)
+    if args.endpoint:  # a remote server instead of the local engine (bench/remote_load.py)
+        from .remote_load import remote_load_test
+
+        if args.replay:
+            raise SpecDecError("--replay re-runs the lab's own schedulers: it does not go with --endpoint")
+        if args.arrival_rate is not None:
+            raise SpecDecError("--endpoint runs the closed loop only (C in flight): drop --arrival-rate")
+        remote_load_test(remote_settings(args), args.prompts, args.out, LoadConfig(
+            concurrency=tuple(args.concurrency), requests_per_level=args.requests_per_level,
+            max_new_tokens=args.max_new_tokens))
         return
     if args.replay:
         run_replay_command(args)
