@@ -38,7 +38,7 @@ from ..serving import ServingEngine, make_scheduler
 from . import sources as src
 from .corpus import (FORMAT, HELDOUT, REPO, Stored, corpus_dir, read_manifest, read_shard, totals, verify,
                      write_manifest, write_shard)
-from .prompts import OVERLAP_THRESHOLD, normalised, overlaps
+from .contamination import OVERLAP_THRESHOLD, normalised, overlaps
 
 SAMPLED_TEMPERATURE = 0.7
 
