@@ -6,11 +6,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SpecDecError, ensure_writable
 from ..options import (Command, add_generation_options, add_kernels_option, add_model_options, add_weights_option,
                        csv_list, generation_config)
 from ..suite import PROMPTS_DIR
+
+if TYPE_CHECKING:
+    from .remote import RemoteSettings
 
 PROFILED_DRAFTERS = ("ngram", "early-exit")  # whose draft step `profile` times (c in the lab and the lessons)
 
@@ -34,7 +38,7 @@ def bench_options(b: argparse.ArgumentParser) -> None:
     add_generation_options(b, sweep=True)
 
 
-def remote_settings(args: argparse.Namespace, seed: int = 0):
+def remote_settings(args: argparse.Namespace, seed: int = 0) -> RemoteSettings:
     """--endpoint's RemoteSettings (bench/remote.py); --model's local default names no served model."""
     from .remote import RemoteSettings
 
@@ -62,9 +66,12 @@ def run_bench_command(args: argparse.Namespace) -> dict:
         return remote_bench(remote_settings(args, args.seed), args.prompts, args.out, args.categories, args.limit, args.repeats,
                             args.temperature[0])
     from .run import BenchRun, run_bench
+
+    if not args.k or not args.temperature:
+        raise SpecDecError("--k and --temperature need at least one value each")
     return run_bench(BenchRun(
         prompts=args.prompts, modes=args.modes, out=args.out, ks=args.k, temperatures=args.temperature,
-        config=generation_config(args, k=args.k[0] if args.k else 4, temperature=args.temperature[0] if args.temperature else 0.0),
+        config=generation_config(args, k=args.k[0], temperature=args.temperature[0]),
         categories=args.categories, limit=args.limit, repeats=args.repeats, resume=args.resume, model=args.model,
         device=args.device, dtype=args.dtype, kernels=args.kernels))
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..options import Command, add_model_options
+
+if TYPE_CHECKING:
+    from .data import DataConfig
 
 
 def make_data_options(md: argparse.ArgumentParser) -> None:
@@ -116,8 +120,8 @@ def tree_shape_options(ts: argparse.ArgumentParser) -> None:
     ts.add_argument("--limit", type=int, default=0, help="at most N held-out sequences (default all)")
 
 
-def data_config(args: argparse.Namespace):
-    """make-data's settings, a training.data.DataConfig (--smoke: SMOKE)."""
+def data_config(args: argparse.Namespace) -> DataConfig:
+    """make-data's settings (--smoke: SMOKE)."""
     from .data import SMOKE, DataConfig
     from .sources import MIX
 
