@@ -10,7 +10,11 @@ from typing import TYPE_CHECKING
 from ..options import Command, add_model_options
 
 if TYPE_CHECKING:
+    from ..models import LoadedModel
+    from .batches import Sequence
     from .data import DataConfig
+    from .prefetch import TrainSplit
+    from .train import TrainConfig, TrainRun
 
 
 def make_data_options(md: argparse.ArgumentParser) -> None:
@@ -158,7 +162,7 @@ def run_make_data_command(args: argparse.Namespace) -> None:
           + ", ".join(f"{k} {v}" for k, v in t["sources"].items()))
 
 
-def data_folder(args: argparse.Namespace, lm) -> Path:
+def data_folder(args: argparse.Namespace, lm: LoadedModel) -> Path:
     """--data, or the smoke corpus, or the model's committed corpus (data/MODEL)."""
     from .corpus import corpus_dir
     from .data import smoke_corpus
@@ -182,7 +186,7 @@ def train_kinds(spec: str) -> tuple[str, ...]:
     return kinds
 
 
-def train_configs(args: argparse.Namespace, kinds: tuple[str, ...]) -> list:
+def train_configs(args: argparse.Namespace, kinds: tuple[str, ...]) -> list[TrainConfig]:
     """train-draft's TrainConfig per kind (--smoke: tiny, a few steps), each checked before the model loads."""
     from ..errors import SpecDecError
     from .train import TrainConfig
@@ -203,8 +207,8 @@ def train_configs(args: argparse.Namespace, kinds: tuple[str, ...]) -> list:
     return configs
 
 
-def curve_rider(args: argparse.Namespace, lm, folder: Path, whole_corpus: bool, kinds: tuple[str, ...], train, heldout,
-                first):
+def curve_rider(args: argparse.Namespace, lm: LoadedModel, folder: Path, whole_corpus: bool, kinds: tuple[str, ...],
+                train: list[Sequence], heldout: list[Sequence], first: TrainRun) -> TrainRun | None:
     """--curve-point: the curve's whole-corpus point, trained on this run's batches from where `first` (this
     run's first kind) stands; None when the curve has it already."""
     from ..errors import SpecDecError
@@ -227,7 +231,8 @@ def curve_rider(args: argparse.Namespace, lm, folder: Path, whole_corpus: bool, 
     return rider
 
 
-def train_sitting(args: argparse.Namespace, lm, trained: list, train, split) -> None:
+def train_sitting(args: argparse.Namespace, lm: LoadedModel, trained: list[TrainRun], train: list[Sequence],
+                  split: TrainSplit) -> None:
     """This sitting's steps of every run (up to --stop-after), batches built here or by --feature-workers."""
     import os
 
@@ -252,7 +257,7 @@ def train_sitting(args: argparse.Namespace, lm, trained: list, train, split) -> 
         torch.set_num_threads(len(os.sched_getaffinity(0)))
 
 
-def finish_runs(lm, runs: list, heldout: list, manifest: dict) -> None:
+def finish_runs(lm: LoadedModel, runs: list[TrainRun], heldout: list[Sequence], manifest: dict) -> None:
     """Every finished run evaluated (and calibrated) on the held-out split and exported; the others told
     how to continue."""
     from .train import KINDS, evaluate, export, weights_root
