@@ -13,7 +13,8 @@ from .options import Command, add_generation_options, add_weights_option, genera
 
 def generate_options(g: argparse.ArgumentParser) -> None:
     g.add_argument("--prompt", required=True)
-    g.add_argument("--mode", default="ar", help="ar, nar, jacobi or spec")
+    g.add_argument("--mode", default="ar", help="ar, nar, jacobi or spec (its drafter: --drafter), or a bench mode such "
+                   "as spec:eagle@tree=dynamic or ar@weights=int4")
     add_generation_options(g)
     g.add_argument("--json", action="store_true", help="print {text, token_ids, metrics} as JSON")
     g.add_argument("--trace", type=Path, help="save the step-by-step trace as JSON")
