@@ -1,8 +1,8 @@
 """The "Your server" page: the lab's bench and load test pointed at an OpenAI-compatible server (and a
 baseline with speculation off), then the lab's charts drawn from that server's own numbers.
 
-The measuring is `specdec_core.bench.remote` (the CLI's `bench --endpoint` and `load-test --endpoint`):
-`open_server`, `run_remote_bench` / `summarise_remote`, `run_remote_load_test` / `remote_load_result`.
+The measuring is the CLI's `bench --endpoint` (`specdec_core.bench.remote`: `open_server`, `run_remote_bench` /
+`summarise_remote`) and `load-test --endpoint` (`bench.remote_load`: `run_remote_load_test` / `remote_load_result`).
 This module only picks the small run, reports progress, keeps what completed when a server fails, and
 turns the results into charts, tables and sentences. Every number shown is read from the results dict.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -18,7 +17,7 @@ import streamlit as st
 from app import load_view
 from app.language import t
 
-from specdec_core.bench import remote
+from specdec_core.bench import remote, remote_client, remote_load
 from specdec_core.bench.loadtest import PROMPTS_FILE, LoadConfig, workload
 from specdec_core.errors import SpecDecError
 
@@ -62,7 +61,7 @@ def check_inputs(endpoint: str, baseline: str, levels_text: str) -> str | None:
     for url in (endpoint, baseline):
         if url.strip():
             try:
-                remote.normalize_endpoint(url)
+                remote_client.normalize_endpoint(url)
             except SpecDecError as err:
                 return t("server_bad_url", cause=str(err))
     if parse_levels(levels_text) is None:
@@ -125,7 +124,7 @@ def run(s: Settings, progress=None) -> dict:
     whatever completed kept in "bench" / "load"."""
     out: dict = {"settings": asdict(s), "servers": {}, "bench": None, "load": None, "error": ""}
     cases = small_run_cases(s.prompts)
-    extra = dict(remote.NO_PROMPT_CACHE) if s.no_prompt_cache else {}
+    extra = dict(remote_client.NO_PROMPT_CACHE) if s.no_prompt_cache else {}
     servers: list = []
     try:
         servers.append(remote.open_server("endpoint", s.endpoint, s.model.strip() or None))
@@ -134,13 +133,12 @@ def run(s: Settings, progress=None) -> dict:
         out["servers"] = {srv.label: {"url": srv.url, "model": srv.model} for srv in servers}
         rows, records = remote.run_remote_bench(servers, cases, s.max_tokens, 0.0, 0, progress=progress, extra=extra)
         out["bench"] = {"rows": rows, "summary": remote.summarise_remote(rows, records, _bench_counters(servers, records), 0.0)}
-        first = {srv.label: remote.fetch_metrics_or_none(srv) if srv.before is not None and not srv.failed else None
+        first = {srv.label: remote_load.fetch_metrics_or_none(srv) if srv.before is not None and not srv.failed else None
                  for srv in servers}
         cfg = LoadConfig(concurrency=s.levels, requests_per_level=REQUESTS_PER_LEVEL, max_new_tokens=s.max_tokens)
-        load_rows, load_records = remote.run_remote_load_test(servers, cases, cfg.concurrency, cfg.requests_per_level,
-                                                              cfg.max_new_tokens, 0.0, cfg.seed, extra, progress=progress)
-        out["load"] = remote.remote_load_result(servers, load_rows, load_records, first, cfg,
-                                                SimpleNamespace(prompts=PROMPTS_FILE), extra)
+        load_rows, load_records = remote_load.run_remote_load_test(servers, cases, cfg.concurrency, cfg.requests_per_level,
+                                                                   cfg.max_new_tokens, 0.0, cfg.seed, extra, progress=progress)
+        out["load"] = remote_load.remote_load_result(servers, load_rows, load_records, first, cfg, PROMPTS_FILE, extra)
     except SpecDecError as err:  # before anything was measured: the message alone; later: what completed stays
         out["error"] = str(err) if out["bench"] is None else t("server_stopped", cause=str(err))
     finally:

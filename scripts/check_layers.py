@@ -23,13 +23,13 @@ LAYERS = (
     ("core", ("llama", "kvcache", "kernels", "batch", "models", "target", "sampling", "trace", "metrics", "theory",
               "costmodel", "guard", "drafting", "decode", "quant", "trees")),
     ("drafters", ("drafters",)),
-    ("generation", ("generation",)),
+    ("generation", ("generation", "options")),
     ("serving", ("serving",)),
     ("training", ("training",)),
     ("bench", ("bench",)),
     ("bridge", ("bridge",)),
     ("course", ("course",)),
-    ("shell", ("cli", "__main__")),
+    ("shell", ("cli", "commands", "__main__")),
 )
 
 

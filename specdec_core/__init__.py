@@ -6,7 +6,8 @@ Layers, top to bottom; each imports only from the layers below it (`scripts/chec
     bench/       bench, profile, load test, report
     training/    data, training and offline evaluation of drafters (generates through serving/)
     serving/     many requests per forward: continuous batching, schedulers, the cost table
-    generation   the front door: generate / stream by drafter name, with this machine's measured costs
+    generation   the front door: generate / stream by drafter name, with this machine's measured costs;
+                 options (the command line's shared options, and the GenerationConfig they become)
     drafters/    one file per drafter, one registry (`make_drafter`), trained weights in weights/
     core         decode (the loops), drafting (the drafter interface and the shared draft loop),
                  trees/ (draft trees: shape, which nodes, verification), kernels/ (which matmul kernel each
@@ -14,7 +15,8 @@ Layers, top to bottom; each imports only from the layers below it (`scripts/chec
                  costmodel, guard (flags for impossible numbers), trace, metrics, theory, models
     leaves       suite (prompt files), provenance (commit, machine), errors, offline
 
-`cli.py` is the shell over all of them; nothing imports it.
+`cli.py` is the shell over all of them: it assembles the commands each subsystem declares in its
+`commands.py` (the engine's own, `generate` and `prepare`, in this package's); nothing imports it.
 
 Names are imported lazily (PEP 562): `from specdec_core.trace import Trace` or `sd.theory` must not
 pay for importing torch and transformers, so the app's first page opens at once.
@@ -40,7 +42,8 @@ _MODULES = ("batch", "bench", "cli", "costmodel", "course", "decode", "drafters"
 # Modules that moved when the package grew layers: learners' notebooks (and the lessons) import them
 # by their old names (`from specdec_core.quiz import quiz_widget`, `sd.experiments.run`), which keep working.
 _MOVED = {"quiz": "course.quiz", "experiments": "course.experiments", "lesson_outputs": "course.lesson_outputs",
-          "report": "bench.report", "serving.loadtest": "bench.loadtest", "serving.batch": "batch"}
+          "report": "bench.report", "serving.loadtest": "bench.loadtest", "serving.batch": "batch",
+          "bench.cli": "bench.commands", "training.cli": "training.data"}  # training.cli: smoke_corpus (lesson 13)
 
 __all__ = sorted([*_NAMES, *_MODULES, *(name for name in _MOVED if "." not in name)])
 

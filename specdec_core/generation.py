@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from .costmodel import DraftCosts, draft_costs
 from .decode import DecodeState, GenerationConfig, GenerationResult, decode_events, new_state, run
-from .drafters import OPTION_NAMES, check_drafter, costs_needed, make_drafter
+from .drafters import check_drafter, costs_needed, make_drafter
 from .drafting import Drafter
 from .errors import SpecDecError
 from .models import LoadedModel
@@ -85,15 +85,3 @@ def generate(lm: LoadedModel, prompt: Prompt, config: GenerationConfig | None = 
     """
     config = config or GenerationConfig()
     return run(lm, prompt, prepare(lm, prompt, config, raw, costs), config, progress)
-
-
-def config_from_args(args, mode: str, k: int | None = None, temperature: float | None = None) -> GenerationConfig:
-    """The config a command line asks for (argparse options of `cli.add_generation_options`): every
-    drafter's knobs ride along in drafter_options, and the drafter a mode names reads its own."""
-    return GenerationConfig(
-        mode=mode, drafter=args.drafter, k=args.k if k is None else k, dynamic_k=args.dynamic_k,
-        tree=args.tree, tree_nodes=args.tree_nodes, window=args.window, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature if temperature is None else temperature, top_k=args.top_k, top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty, seed=args.seed, stop=tuple(args.stop),
-        drafter_options={name: getattr(args, name) for name in OPTION_NAMES})
-

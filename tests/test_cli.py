@@ -199,3 +199,14 @@ def test_bench_runs_a_chain_and_its_tree_interleaved(capsys, tmp_path):
     assert rows["spec:heads"]["offered_per_rank"] is None  # a chain has no siblings
     offered = rows["spec:heads@tree=dynamic@nodes=6"]["offered_per_rank"]
     assert offered and offered[0] >= rows["spec:heads@tree=dynamic@nodes=6"]["target_forwards"] - 1
+
+
+def test_generate_reads_bench_mode_labels(capsys):
+    """generate and bench share one mode parser (bench/run.py's parse_mode): a bench label decodes here too,
+    its own settings winning over the options; a peer is bench's alone."""
+    code, out, err = run_main(capsys, "generate", "--model", "tiny", "--prompt", "hi", "--mode", "spec:sim@k=2",
+                              "--k", "6", "--max-new-tokens", "6", "--json")
+    assert code == 0, err
+    assert len(json.loads(out)["metrics"]["offered_per_pos_count"]) == 2  # @k=2, not --k 6
+    code, _, err = run_main(capsys, "generate", "--model", "tiny", "--prompt", "hi", "--mode", "hf:ar")
+    assert code == 2 and "peer" in err and len(err.strip().splitlines()) == 1

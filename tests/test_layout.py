@@ -1,6 +1,9 @@
-"""The house: layers without circles or upward imports, and the size budgets README states."""
+"""The house: layers without circles or upward imports, the size budgets README states, and the size caps
+(functions, bench files) and command modules of issue 50."""
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import re
 import subprocess
@@ -101,3 +104,51 @@ def test_the_budget_check_fails_on_an_oversized_tree_and_oversized_weights():
     points = {f"benchmarks/curve/{p}/heads.safetensors": weights_budget // 2 + 1 for p in ("a", "b")}
     assert over_budget({"README.md": 1000, **points}, tree_budget, weights_budget, data_budget) == [
         f"drafter weights {(weights_budget + 2) / 1e6:.1f} MB > {weights_budget / 1e6:.0f} MB"]
+
+
+# --- size caps -----------------------------------------------------------------------------------
+
+PACKAGE = ROOT / "specdec_core"
+MAX_FUNCTION_LINES = 80  # a function reads on one screen (gpt-fast, nanoGPT)
+MAX_BENCH_FILE_LINES = 500
+
+
+def long_functions(root: Path, limit: int) -> list[str]:
+    """`path:line name (n lines)` for every function or method of the package's files over `limit` lines."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_in_the_package_is_over_80_lines():
+    assert long_functions(PACKAGE, MAX_FUNCTION_LINES) == []
+
+
+def test_the_function_cap_finds_a_long_function(tmp_path):
+    package = tmp_path / "specdec_core"
+    package.mkdir()
+    (package / "a.py").write_text("def short():\n    pass\n\n\ndef long():\n" + "    x = 1\n" * 80)
+    assert long_functions(package, MAX_FUNCTION_LINES) == ["specdec_core/a.py:5 long (81 lines)"]
+
+
+def test_no_file_in_bench_is_over_500_lines():
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in (PACKAGE / "bench").rglob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > MAX_BENCH_FILE_LINES} == {}
+
+
+def test_each_subsystem_declares_its_commands_in_commands_py():
+    """One shell, `cli.py`, which only assembles: every command it offers is declared in some subsystem's
+    `commands.py`, and every command declared there is offered."""
+    from specdec_core import cli
+
+    assert [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("cli.py")] == ["cli.py"]
+    declared = []
+    for path in sorted(PACKAGE.rglob("commands.py")):
+        module = importlib.import_module(".".join(("specdec_core", *path.relative_to(PACKAGE).with_suffix("").parts)))
+        declared += [command.name for command in module.COMMANDS]
+    assert sorted(command.name for command in cli.COMMANDS) == sorted(declared)

@@ -1,4 +1,4 @@
-"""bench --endpoint and load-test --endpoint (specdec_core/bench/remote.py): the streaming client, the
+"""bench --endpoint and load-test --endpoint (specdec_core/bench/remote*.py): the streaming client, the
 closed-loop load test with the local metrics, the counters per level, --no-prompt-cache, the failures.
 
 (a) against a tiny in-process fake OpenAI server (stdlib http.server on a free loopback port), which can
@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specdec_core.bench import remote
+from specdec_core.bench import remote_client, remote_counters
 from specdec_core.errors import SpecDecError
 from conftest import llama_server_binary
 
@@ -277,9 +277,9 @@ def fake():
 
 def test_stream_records_every_chunk_with_its_arrival_time(fake):
     f = fake(first_s=0.1, gap_s=0.03)
-    with remote.make_client() as client:
-        assert remote.served_models(client, f.url) == ["fake-model"]
-        r = remote.stream_chat(client, f.url, [{"role": "user", "content": "hi"}], model="fake-model", max_tokens=8,
+    with remote_client.make_client() as client:
+        assert remote_client.served_models(client, f.url) == ["fake-model"]
+        r = remote_client.stream_chat(client, f.url, [{"role": "user", "content": "hi"}], model="fake-model", max_tokens=8,
                                id=3, label="chat-01")
     assert r.ok and r.error == "" and r.text == "Hello world! Bye" and r.finish_reason == "stop"
     assert (r.id, r.label, r.prompt_tokens) == (3, "chat-01", 7)
@@ -288,7 +288,7 @@ def test_stream_records_every_chunk_with_its_arrival_time(fake):
     assert r.timings == {"predicted_n": 5, "draft_n": 3, "draft_n_accepted": 2}
     times = [t for t, _ in r.deliveries]
     assert r.arrival_s < times[0] < times[-1] <= r.finish_s
-    figures = remote.request_figures(r)
+    figures = remote_client.request_figures(r)
     assert figures["ttft_s"] == pytest.approx(times[0] - r.arrival_s) and figures["ttft_s"] >= 0.1
     assert len(figures["itl_s"]) == 3 and all(0.02 < g < 0.5 for g in figures["itl_s"])
     assert figures["tokens_per_s"] == pytest.approx(4 / (times[-1] - times[0]))  # (tokens - 1) / decode span
@@ -299,8 +299,8 @@ def test_remote_requests_feed_the_load_tests_own_metrics(fake):
     from specdec_core.bench.loadtest import request_speed, speed_metrics
 
     f = fake(gap_s=0.01)
-    with remote.make_client() as client:
-        records = [remote.stream_chat(client, f.url, [{"role": "user", "content": "x"}], model="m", max_tokens=8, id=i,
+    with remote_client.make_client() as client:
+        records = [remote_client.stream_chat(client, f.url, [{"role": "user", "content": "x"}], model="m", max_tokens=8, id=i,
                                       label=f"p{i}") for i in range(3)]
     m = speed_metrics(records, 1, {f"p{i}": "chat" for i in range(3)})
     assert m["num_requests"] == 3 and m["steady_requests"] == 1  # the first and last arrival cut, as locally
@@ -310,20 +310,20 @@ def test_remote_requests_feed_the_load_tests_own_metrics(fake):
 
 def test_completions_endpoint_streams_too(fake):
     f = fake()
-    with remote.make_client() as client:
-        r = remote.stream_completion(client, f.url, "Once upon", model="m", max_tokens=8)
+    with remote_client.make_client() as client:
+        r = remote_client.stream_completion(client, f.url, "Once upon", model="m", max_tokens=8)
     assert r.ok and r.text == "Hello world! Bye"  # the fake sends delta chunks; text chunks parse alike
 
 
 def test_counters_are_differenced_and_put_in_the_labs_vocabulary():
     """Two snapshots of VLLM_DOCS: only the run's share counts, and it becomes alpha-bar, tau per drafting
     step, s_i and a_i."""
-    before = remote.parse_metrics(VLLM_DOCS.format(generated=500, drafts=100, tokens=300, accepted=150, p0=80, p1=50, p2=20))
-    after = remote.parse_metrics(VLLM_DOCS.format(generated=540, drafts=110, tokens=330, accepted=168, p0=89, p1=6 + 50,
+    before = remote_counters.parse_metrics(VLLM_DOCS.format(generated=500, drafts=100, tokens=300, accepted=150, p0=80, p1=50, p2=20))
+    after = remote_counters.parse_metrics(VLLM_DOCS.format(generated=540, drafts=110, tokens=330, accepted=168, p0=89, p1=6 + 50,
                                                   p2=3 + 20))
-    delta = remote.counter_delta(before, after)
+    delta = remote_counters.counter_delta(before, after)
     assert "vllm:num_requests_running" not in delta  # gauges are not differenced
-    figures = remote.speculative_figures(delta, [])
+    figures = remote_counters.speculative_figures(delta, [])
     assert figures["num_drafts"] == 10 and figures["num_draft_tokens"] == 30 and figures["num_accepted_tokens"] == 18
     assert figures["draft_acceptance_rate"] == pytest.approx(0.6)
     assert figures["tau_per_drafting_step"] == pytest.approx(1 + 18 / 10)
@@ -332,17 +332,17 @@ def test_counters_are_differenced_and_put_in_the_labs_vocabulary():
     assert figures["mean_acceptance_length"] is None  # no per-response timings: vLLM's tau here is per drafting step
     assert any("timings" in n for n in figures["not_exposed"]) and any(n.startswith("tau") for n in figures["not_exposed"])
     with pytest.raises(SpecDecError, match="restarted"):
-        remote.counter_delta(after, before)
+        remote_counters.counter_delta(after, before)
 
 
 def test_vllm_page_from_its_documentation_in_the_labs_vocabulary():
     """VLLM_DOCS (captured from documentation, not from a running vLLM), two snapshots 40 drafting steps apart:
     the documentation's formulas over the difference give alpha-bar, tau per drafting step, s_i and a_i."""
-    before = remote.parse_metrics(VLLM_DOCS.format(generated=27453.0, drafts=1000.0, tokens=3000.0, accepted=1950.0,
+    before = remote_counters.parse_metrics(VLLM_DOCS.format(generated=27453.0, drafts=1000.0, tokens=3000.0, accepted=1950.0,
                                                    p0=800.0, p1=650.0, p2=500.0))
-    after = remote.parse_metrics(VLLM_DOCS.format(generated=27613.0, drafts=1040.0, tokens=3120.0, accepted=2034.0,
+    after = remote_counters.parse_metrics(VLLM_DOCS.format(generated=27613.0, drafts=1040.0, tokens=3120.0, accepted=2034.0,
                                                   p0=836.0, p1=680.0, p2=518.0))
-    figures = remote.speculative_figures(remote.counter_delta(before, after), [], after, None)
+    figures = remote_counters.speculative_figures(remote_counters.counter_delta(before, after), [], after, None)
     assert (figures["num_drafts"], figures["num_draft_tokens"], figures["num_accepted_tokens"]) == (40, 120, 84)
     assert figures["draft_acceptance_rate"] == pytest.approx(84 / 120) == pytest.approx(0.7)
     assert figures["tau_per_drafting_step"] == pytest.approx(1 + 84 / 40) == pytest.approx(3.1)  # the bonus token included
@@ -358,11 +358,11 @@ def test_sglang_page_from_its_documentation_in_the_labs_vocabulary():
     """SGLANG_DOCS (captured from documentation, not from a running SGLang): the accept-length gauge is read
     from the snapshot after the run, never differenced, and becomes tau per drafting step as it is (SGLang's
     figure already counts the bonus token), labelled as the server's own windowed average."""
-    before = remote.parse_metrics(SGLANG_DOCS.format(prompt=8.128902e6, generated=7.557572e6, length=2.1, rate=0.525))
-    after = remote.parse_metrics(SGLANG_DOCS.format(prompt=8.129e6, generated=7.5577e6, length=2.65, rate=0.6625))
-    delta = remote.counter_delta(before, after)
-    assert remote.SGLANG_ACCEPT_LENGTH not in delta and delta["sglang:prompt_tokens_total"]  # gauges are not differenced
-    figures = remote.speculative_figures(delta, [], after, None)
+    before = remote_counters.parse_metrics(SGLANG_DOCS.format(prompt=8.128902e6, generated=7.557572e6, length=2.1, rate=0.525))
+    after = remote_counters.parse_metrics(SGLANG_DOCS.format(prompt=8.129e6, generated=7.5577e6, length=2.65, rate=0.6625))
+    delta = remote_counters.counter_delta(before, after)
+    assert remote_counters.SGLANG_ACCEPT_LENGTH not in delta and delta["sglang:prompt_tokens_total"]  # gauges are not differenced
+    figures = remote_counters.speculative_figures(delta, [], after, None)
     assert figures["sglang_spec_accept_length"] == pytest.approx(2.65)  # the after value, not 2.65 - 2.1
     assert figures["tau_per_drafting_step"] == pytest.approx(2.65)
     assert figures["sglang_spec_accept_rate"] == pytest.approx(0.6625)  # kept as SGLang's, not taken for alpha-bar
@@ -373,8 +373,8 @@ def test_sglang_page_from_its_documentation_in_the_labs_vocabulary():
     text = " ".join(figures["not_exposed"])
     assert "/server_info (nor /get_server_info)" in text and "alpha-bar" in text
     # a gauge of 0 (a server that does not speculate) is no accept length
-    idle = remote.parse_metrics(SGLANG_DOCS.format(prompt=1, generated=1, length=0, rate=0))
-    figures = remote.speculative_figures(None, [], idle, None)
+    idle = remote_counters.parse_metrics(SGLANG_DOCS.format(prompt=1, generated=1, length=0, rate=0))
+    figures = remote_counters.speculative_figures(None, [], idle, None)
     assert figures["tau_per_drafting_step"] is None and "sglang:spec_accept_length is 0" in " ".join(figures["not_exposed"])
 
 
@@ -411,7 +411,7 @@ def test_malformed_sglang_page_is_one_line(fake, tmp_path, capsys):
 
     bad = SGLANG_DOCS.format(prompt=1, generated=1, length="two-point-six", rate=0.5)
     with pytest.raises(SpecDecError) as err:
-        remote.parse_metrics(bad)
+        remote_counters.parse_metrics(bad)
     assert "\n" not in str(err.value) and "not Prometheus text" in str(err.value)
     f = fake(engine="sglang", metrics=bad)
     assert main(["bench", "--endpoint", f.url, "--prompts", str(workload_file(tmp_path)), "--out", str(tmp_path / "o.json")]) == 2
@@ -437,20 +437,20 @@ def test_malformed_sglang_server_info_is_not_exposed(fake, tmp_path, body, needl
 
 
 def test_sglang_accept_length_below_one_is_not_taken():
-    info = remote.ServerInfo("/server_info", {"internal_states": [{"avg_spec_accept_length": 0.7}]}, "")
-    assert remote.sglang_accept_length_from_info(info) == (pytest.approx(0.7), "")
-    figures = remote.speculative_figures(None, [], None, info)
+    info = remote_counters.ServerInfo("/server_info", {"internal_states": [{"avg_spec_accept_length": 0.7}]}, "")
+    assert remote_counters.sglang_accept_length_from_info(info) == (pytest.approx(0.7), "")
+    figures = remote_counters.speculative_figures(None, [], None, info)
     assert figures["tau_per_drafting_step"] is None and "below 1" in " ".join(figures["not_exposed"])
 
 
 def test_malformed_metrics_page_is_one_line():
     with pytest.raises(SpecDecError) as err:
-        remote.parse_metrics("this is {not prometheus\n")
+        remote_counters.parse_metrics("this is {not prometheus\n")
     assert "\n" not in str(err.value) and "Prometheus" in str(err.value)
 
 
 def test_server_without_counters_says_what_it_does_not_expose():
-    figures = remote.speculative_figures(None, [])
+    figures = remote_counters.speculative_figures(None, [])
     assert figures["num_draft_tokens"] is None and figures["draft_acceptance_rate"] is None
     text = " ".join(figures["not_exposed"])
     assert "/metrics" in text and "timings.draft_n" in text and "alpha-bar" in text
@@ -464,8 +464,8 @@ def test_non_openai_server_is_one_line(fake, tmp_path, capsys, mode, needle):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "chat-01", "category": "chat", "prompt": "hi"}) + "\n")
     if mode == "html":  # a web server that answers /v1/models like an OpenAI one but not the chat route
-        with remote.make_client() as client:
-            r = remote.stream_chat(client, f.url, [{"role": "user", "content": "hi"}], model="m", max_tokens=4)
+        with remote_client.make_client() as client:
+            r = remote_client.stream_chat(client, f.url, [{"role": "user", "content": "hi"}], model="m", max_tokens=4)
         assert not r.ok and "text/html" in r.error
     assert main(["bench", "--endpoint", f.url, "--prompts", str(prompts), "--out", str(tmp_path / "o.json")]) == 2
     err = error_line(capsys.readouterr().err)
@@ -791,7 +791,7 @@ def test_real_llama_server_killed_mid_load_test(tmp_path, capsys, monkeypatch):
     from specdec_core.cli import main
 
     proc, url = start_llama_server(llama_server_binary())
-    stream = remote.stream_chat
+    stream = remote_client.stream_chat
 
     def stream_then_kill(*args, **kwargs):
         record = stream(*args, **kwargs)

@@ -11,8 +11,9 @@ from specdec_core.cli import main
 from conftest import run_main
 from specdec_core.training import data as data_module, sources
 from specdec_core.training.corpus import load_corpus, read_manifest, read_shard
-from specdec_core.training.prompts import (CATEGORIES, check_contamination, trigram_overlap, trigrams,
-                                           training_prompts)
+from specdec_core.training.contamination import check_contamination, trigram_overlap, trigrams
+from specdec_core.training.prompts import training_prompts
+from specdec_core.training.templates import CATEGORIES
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ["make-data", "--smoke"]  # tiny, shards of 8 sequences of 16 tokens

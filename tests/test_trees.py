@@ -438,7 +438,7 @@ def test_rank_accuracy_counts_the_heads_guesses(tiny):
     from specdec_core.drafters import MedusaHeads, module_vocab
     from specdec_core.drafters.weights import drafter_module
     from specdec_core.training.batches import load_splits, make_batch
-    from specdec_core.training.cli import smoke_corpus
+    from specdec_core.training.data import smoke_corpus
     from specdec_core.training.corpus import load_corpus
     from specdec_core.training.tree_shape import rank_accuracy
 

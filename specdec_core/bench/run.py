@@ -15,133 +15,30 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
 from ..costmodel import measured_raw_ratios, measured_verify_ratios
 from ..errors import SpecDecError, ensure_writable
-from ..decode import MODES, GenerationConfig
-from ..drafters import DRAFTERS, OPTIONS, DraftNet, ReducedVocab
+from ..decode import GenerationConfig
+from ..drafters import DraftNet, ReducedVocab
 from ..drafters.draft import causal_lm
 from ..drafters.weights import drafter_module
-from ..generation import check, config_from_args, generate
+from ..generation import check, generate
 from ..guard import ratio_flags, speedup_flags
 from ..metrics import geomean, matching_prefix, peak_rss_bytes, positional_matches, pooled_counts, pooled_per_position
 from ..kernels import NAMED, KernelTable, kernel_table, using
 from ..models import LoadedModel, load_model
-from ..quant import WEIGHTS, with_weights
+from ..quant import with_weights
 from ..provenance import cpu_name, engine_version, git_commit
 from ..suite import PromptCase, load_prompts, only_categories
 from ..target import Target, synchronize
-from ..trees import TREES
 from . import llamacpp
+from .modes import Mode, mode_config, parse_modes
 
-HF_MODES = ("hf:ar", "hf:pld", "hf:assisted", "hf:assisted-default")
-HF_KERNELS = ("torch", "engine")  # a peer on a stock model object, or on the engine's own (its kernel table)
-PEER_MODES = HF_MODES + llamacpp.MODES
 NEAR_TIE = 1e-4  # a greedy divergence at a top-2 logit margin below this is float noise, not a bug
-
-
-@dataclass(frozen=True)
-class Mode:
-    """One bench mode, `MODE[@key=value]...`: `ar`, `spec:ngram`, `hf:pld`, `ar@weights=int4`,
-    `spec:quant@bits=8@layers=15`, `spec:heads@tree=dynamic@nodes=12`, `spec:eagle@k=1`, `ar@kernels=legacy`,
-    `hf:ar@kernels=engine`. `kernels` picks the kernel table of our own modes (kernels.TABLES; default the run's)
-    and, for transformers' peers, `torch` (default: a stock model object, nn.Linear's kernels, as a user runs
-    transformers) or `engine` (the engine's own model object, its linears routed by its table). `weights` sets
-    the target's precision (quant.WEIGHTS); `tree` and `nodes` a spec mode's draft tree (trees.TREES, its
-    size; plain `spec:DRAFTER` is the chain); `k` a spec mode's own draft length (each drafter at the k
-    it was chosen for, in one interleaved run; the run's --k otherwise); any other key is an option of the spec mode's drafter, by its full name
-    (`quant_bits`) or without the drafter's prefix (`bits`). `weights` is for ar, nar and jacobi: spec always verifies with the fp32 target (its
-    cheap reader is the drafter `quant`). Every variant runs interleaved with plain fp32 `ar`, so each
-    ratio is one run's."""
-
-    label: str  # as written: the results' name for it
-    base: str  # ar, nar, jacobi, spec, or an hf:... peer
-    drafter: str | None = None
-    weights: str = "fp32"
-    options: tuple[tuple[str, object], ...] = ()  # drafter options, as (name, value) pairs
-    tree: str = "chain"
-    tree_nodes: int | None = None  # None: the run's --tree-nodes
-    k: int | None = None  # None: the run's --k
-    kernels: str | None = None  # None: the run's kernel table (our modes), a stock model (hf: peers)
-
-    @property
-    def peer(self) -> bool:
-        return self.base in PEER_MODES
-
-
-def parse_mode(text: str) -> Mode:
-    """One mode of the grammar above; anything else is a one-line error that names the mode."""
-    head, *settings = text.split("@")
-    base, _, drafter = head.partition(":")
-    ok = head in PEER_MODES or (base in MODES and base != "spec" and not drafter) or (base == "spec" and drafter in DRAFTERS)
-    if not ok:
-        raise SpecDecError(f"unknown mode {text!r}: use ar, nar, jacobi, spec:DRAFTER ({', '.join(DRAFTERS)}) or "
-                           f"{', '.join(PEER_MODES)}, each optionally followed by @key=value")
-    weights, options, tree, tree_nodes, k, kernels = "fp32", {}, "chain", None, None, None
-    own = base in MODES
-    known = [f.name for f in fields(OPTIONS[drafter])] if drafter in OPTIONS else []
-    prefix = (drafter or "").replace("-", "_") + "_"
-    for setting in settings:
-        key, eq, value = setting.partition("=")
-        if not eq or not key or not value:
-            raise SpecDecError(f"mode {text!r}: write each setting as @key=value (got {setting!r})")
-        if key == "kernels" and (own or head in HF_MODES):
-            allowed_tables = tuple(NAMED) if own else HF_KERNELS
-            if value not in allowed_tables:
-                raise SpecDecError(f"mode {text!r}: kernels must be one of {', '.join(allowed_tables)} (got {value!r})")
-            kernels = value
-        elif key == "weights" and base in ("ar", "nar", "jacobi"):
-            if value not in WEIGHTS:
-                raise SpecDecError(f"mode {text!r}: weights must be one of {', '.join(WEIGHTS)} (got {value!r})")
-            weights = value
-        elif key == "tree" and base == "spec":
-            if value not in TREES:
-                raise SpecDecError(f"mode {text!r}: tree must be one of {', '.join(TREES)} (got {value!r})")
-            tree = value
-        elif key == "nodes" and base == "spec":
-            if not value.isdigit():
-                raise SpecDecError(f"mode {text!r}: nodes must be a whole number (got {value!r})")
-            tree_nodes = int(value)
-        elif key == "k" and base == "spec":
-            if not value.isdigit() or int(value) < 1:
-                raise SpecDecError(f"mode {text!r}: k must be a whole number >= 1 (got {value!r})")
-            k = int(value)
-        elif key in known or prefix + key in known:
-            options[key if key in known else prefix + key] = _number(value)
-        else:
-            allowed = ["kernels"] * (own or head in HF_MODES) + ["weights"] * (base in ("ar", "nar", "jacobi")) + \
-                ["tree", "nodes", "k"] * (base == "spec") + [k.removeprefix(prefix) for k in known]
-            raise SpecDecError(f"mode {text!r}: unknown setting {key!r}" +
-                               (f" (choose {', '.join(allowed)})" if allowed else " (this mode takes none)"))
-    return Mode(text, head if head in PEER_MODES else base, drafter or None, weights, tuple(options.items()), tree,
-                tree_nodes, k, kernels)
-
-
-def mode_config(config: GenerationConfig, mode: Mode) -> GenerationConfig:
-    """`config` (the run's settings) as this mode decodes it: its loop, its drafter and the drafter's options."""
-    return replace(config, mode=mode.base, drafter=mode.drafter or config.drafter,
-                   drafter_options={**config.drafter_options, **dict(mode.options)},
-                   tree=mode.tree if mode.base == "spec" else "chain", tree_nodes=mode.tree_nodes or config.tree_nodes,
-                   k=mode.k or config.k)
-
-
-def _number(value: str) -> object:
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
-def parse_modes(text: str) -> list[Mode]:
-    modes = [parse_mode(m) for m in dict.fromkeys(m.strip() for m in text.split(",") if m.strip())]
-    if "ar" not in [m.label for m in modes]:
-        modes.insert(0, parse_mode("ar"))  # every speedup and identity check is relative to our own fp32 AR
-    return modes
 
 
 class HFRunner:
@@ -397,85 +294,117 @@ class Checkpoint:
         self.path.unlink(missing_ok=True)
 
 
-def run_bench(args) -> dict:
-    from tqdm import tqdm
+@dataclass(frozen=True)
+class BenchRun:
+    """What one local bench run measures: which prompts, which modes, the sweep over k and temperature, and the
+    run's decoding settings (`config`; each sweep point sets its k and temperature)."""
 
-    if getattr(args, "baseline_endpoint", None) and not getattr(args, "endpoint", None):
-        raise SpecDecError("--baseline-endpoint needs --endpoint (the server to compare with it)")
-    if getattr(args, "no_prompt_cache", False) and not getattr(args, "endpoint", None):
-        raise SpecDecError("--no-prompt-cache is a server request field: it needs --endpoint")
-    if getattr(args, "endpoint", None):  # a remote server instead of the local engine (bench/remote.py)
-        from .remote import run_remote_bench_command
-        return run_remote_bench_command(args)
-    cases = only_categories(load_prompts(args.prompts), args.categories, args.prompts)
-    if args.limit:
-        cases = cases[: args.limit]
-    modes = parse_modes(args.modes)
+    prompts: Path
+    modes: str  # comma list of modes (parse_mode)
+    out: Path
+    config: GenerationConfig
+    ks: list[int]  # at least one each
+    temperatures: list[float]
+    categories: str | None = None
+    limit: int = 0  # the first N prompts (0: all)
+    repeats: int = 1
+    resume: bool = False
+    model: str = "smollm2-135m"
+    device: str = "auto"
+    dtype: str = "auto"
+    kernels: str = "auto"
+
+    def point(self, mode: str, k: int, temperature: float) -> GenerationConfig:
+        return replace(self.config, mode=mode, k=k, temperature=temperature)
+
+    @property
+    def recorded(self) -> dict:
+        """The settings a result file (and a resumed run's checkpoint) records."""
+        return {"prompts": str(self.prompts), "categories": self.categories, "modes": [m.label for m in parse_modes(self.modes)],
+                "k": self.ks, "temperature": self.temperatures, "repeats": self.repeats,
+                "max_new_tokens": self.config.max_new_tokens}
+
+
+def checked(run: BenchRun) -> tuple[list[PromptCase], list[Mode], LoadedModel, list[tuple[int, float]]]:
+    """The prompts, the modes, the loaded model and the sweep points, every setting checked before the first
+    long run."""
+    cases = only_categories(load_prompts(run.prompts), run.categories, run.prompts)
+    if run.limit:
+        cases = cases[: run.limit]
+    modes = parse_modes(run.modes)
     if any(m.base in llamacpp.MODES for m in modes):
         llamacpp.require()
-        if any(t > 0 for t in args.temperature):
+        if any(t > 0 for t in run.temperatures):
             raise SpecDecError("llamacpp:ar is compared greedy only (its samplers are not ours): use --temperature 0")
-    if args.repeats < 1:
-        raise SpecDecError(f"repeats must be >= 1 (got {args.repeats})")
-    ensure_writable(args.out)
-    lm = load_model(args.model, args.device, args.dtype, getattr(args, "kernels", "auto"))
-    sweeps = [(k, t) for k in args.k for t in args.temperature]
+    if run.repeats < 1:
+        raise SpecDecError(f"repeats must be >= 1 (got {run.repeats})")
+    ensure_writable(run.out)
+    lm = load_model(run.model, run.device, run.dtype, run.kernels)
+    sweeps = [(k, t) for k in run.ks for t in run.temperatures]
     own_k = [m.label for m in modes if m.k is not None]
-    if own_k and len(args.k) > 1:
-        raise SpecDecError(f"{own_k[0]} drafts its own k: run it without a sweep over --k (got {len(args.k)} values)")
-    for k, t in sweeps:  # validate every setting before the first long run
-        check(config_from_args(args, "spec", k, t), lm, 1)
+    if own_k and len(run.ks) > 1:
+        raise SpecDecError(f"{own_k[0]} drafts its own k: run it without a sweep over --k (got {len(run.ks)} values)")
+    for k, t in sweeps:
+        check(run.point("spec", k, t), lm, 1)
         for mode in modes:
             if mode.base == "spec":
-                check(mode_config(config_from_args(args, "spec", k, t), mode), lm, 1)
-    sweep = len(sweeps) > 1
+                check(mode_config(run.point("spec", k, t), mode), lm, 1)
+    return cases, modes, lm, sweeps
+
+
+def compare_with_ar(row: dict, reference: list[int], lm: LoadedModel, case: PromptCase) -> None:
+    """A greedy row against fp32 ar's tokens: identical, how much agrees, and where and how near a tie it
+    first diverges."""
+    row["identical_to_ar"] = row["token_ids"] == reference
+    # quantised weights may change the text: how much of fp32 ar's does it keep?
+    row["agreement_with_ar"] = positional_matches(row["token_ids"], reference) / max(1, len(reference))
+    if not row["identical_to_ar"]:
+        pos = matching_prefix(row["token_ids"], reference)
+        margin = near_tie_margin(lm, case, reference, pos)
+        row["divergence"] = {"position": pos, "top2_margin": margin, "near_tie": margin is not None and margin < NEAR_TIE}
+
+
+def run_bench(run: BenchRun) -> dict:
+    """Time every mode on every prompt, interleaved; write the report to run.out, print its summary, return it."""
+    from tqdm import tqdm
+
+    cases, modes, lm, sweeps = checked(run)
     peers = Peers(lm)
     # Warm up every mode once (kernels, the assistant model, drafters' cost measurements), so no mode's
     # first measured run pays for it.
-    warm = replace(config_from_args(args, "ar", sweeps[0][0], 0.0), max_new_tokens=8)
+    warm = replace(run.point("ar", sweeps[0][0], 0.0), max_new_tokens=8)
     for mode in modes:
         run_case(lm, peers, mode, cases[0], warm)
-    run_config = {"prompts": str(args.prompts), "categories": args.categories, "modes": [m.label for m in modes], "k": args.k,
-                  "temperature": args.temperature, "repeats": args.repeats, "max_new_tokens": args.max_new_tokens}
-    checkpoint = Checkpoint(args.out, run_config, resume=getattr(args, "resume", False))
+    checkpoint = Checkpoint(run.out, run.recorded, resume=run.resume)
     results = checkpoint.results
-    total = len(cases) * args.repeats * len(sweeps) * len(modes)
-    with tqdm(total=total, desc="bench", unit="run", initial=len(results)) as bar:
+    with tqdm(total=len(cases) * run.repeats * len(sweeps) * len(modes), desc="bench", unit="run",
+              initial=len(results)) as bar:
         for case_index, case in enumerate(cases):
             if case.id in checkpoint.done:
                 continue
-            for repeat in range(args.repeats):
+            for repeat in range(run.repeats):
                 for k, t in sweeps:
-                    config = config_from_args(args, "ar", k, t)
                     # Interleaved: every mode of this prompt, then the next prompt. The order rotates from
                     # one round to the next, so no mode always runs first or always after the same other.
                     shift = (case_index + repeat) % len(modes)
                     rows = {}
                     for mode in modes[shift:] + modes[:shift]:
-                        rows[mode.label] = run_case(lm, peers, mode, case, config)
+                        rows[mode.label] = run_case(lm, peers, mode, case, run.point("ar", k, t))
                         bar.update()
                     for mode in modes:
                         row = rows[mode.label]
                         row["repeat"] = repeat
                         row["identical_to_ar"] = None
                         if t == 0:
-                            reference = rows["ar"]["token_ids"]
-                            row["identical_to_ar"] = row["token_ids"] == reference
-                            # quantised weights may change the text: how much of fp32 ar's does it keep?
-                            row["agreement_with_ar"] = positional_matches(row["token_ids"], reference) / max(1, len(reference))
-                            if not row["identical_to_ar"]:
-                                pos = matching_prefix(row["token_ids"], reference)
-                                margin = near_tie_margin(lm, case, reference, pos)
-                                row["divergence"] = {"position": pos, "top2_margin": margin,
-                                                     "near_tie": margin is not None and margin < NEAR_TIE}
+                            compare_with_ar(row, rows["ar"]["token_ids"], lm, case)
                         results.append(row)
             checkpoint.save(case.id)
-    summary, by_category = summarise(results, sweep)
+    summary, by_category = summarise(results, len(sweeps) > 1)
     env = environment(lm)
     flags = env["flags"] + [flag for s in summary.values() for flag in s["flags"]]
-    report = {"environment": env, "flags": flags, "config": run_config,
+    report = {"environment": env, "flags": flags, "config": run.recorded,
               "results": results, "summary": summary, "by_category": by_category}
-    args.out.write_text(json.dumps(report, ensure_ascii=False, indent=1))
+    run.out.write_text(json.dumps(report, ensure_ascii=False, indent=1))
     checkpoint.finish()
     print_summary(summary, by_category)
     for flag in flags:

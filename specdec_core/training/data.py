@@ -38,7 +38,7 @@ from ..serving import ServingEngine, make_scheduler
 from . import sources as src
 from .corpus import (FORMAT, HELDOUT, REPO, Stored, corpus_dir, read_manifest, read_shard, totals, verify,
                      write_manifest, write_shard)
-from .prompts import OVERLAP_THRESHOLD, normalised, overlaps
+from .contamination import OVERLAP_THRESHOLD, normalised, overlaps
 
 SAMPLED_TEMPERATURE = 0.7
 
@@ -125,6 +125,18 @@ def machine(lm: LoadedModel) -> dict:
 def default_folder(model: str) -> Path:
     """The real model's corpus is committed (data/<model>); tiny's smoke corpus lives in the cache."""
     return cache_dir() / "corpus" / model if model == "tiny" else corpus_dir(model)
+
+
+# The smoke corpus: tiny, shards of 8 sequences of 16 tokens, a quarter held out.
+SMOKE = DataConfig(model="tiny", max_new_tokens=16, concurrency=4, shard_size=8, heldout=0.25)
+
+
+def smoke_corpus(lm: LoadedModel) -> Path:
+    """A tiny corpus for `--smoke` training (made once, then reused from the cache): 2 shards of 8."""
+    folder, manifest = open_corpus(lm, SMOKE, default_folder("tiny") / "smoke", resume=True)
+    if len(manifest["shards"]) < 2:
+        grow(lm, SMOKE, folder, manifest, 2 - len(manifest["shards"]))
+    return folder
 
 
 def fresh_manifest(lm: LoadedModel, config: DataConfig) -> dict:
