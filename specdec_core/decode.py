@@ -217,10 +217,24 @@ def commit(state: DecodeState, config: GenerationConfig, stopper: Stopper, draft
     return appended
 
 
-def step_event(config: GenerationConfig, piecer: Piecer, index: int, context: list[int], drafted: list[int],
-               appended: list[int], verdict: Verdict, draft: Draft | None, draft_s: float, verify_s: float,
-               target_forwards: int) -> StepEvent:
+@dataclass(frozen=True)
+class VerifiedStep:
+    """What one verified step did, as the event builders read it (the part vLLM's SpecDecodeMetadata plays):
+    the same record from the one-request loop and from the serving engine's batched verify."""
+
+    index: int  # the step's number in its request
+    context: list[int]  # every token before the step
+    draft: Draft | None  # the drafter's proposal (None: a plain AR step)
+    drafted: list[int]  # the drafts verified: a chain's first k (a tree verifies all of draft.tokens)
+    appended: list[int]  # the tokens the step committed (accepted drafts + correction or bonus)
+    draft_s: float
+    verify_s: float
+    target_forwards: int  # the request's target forwards so far, this one included
+
+
+def step_event(config: GenerationConfig, piecer: Piecer, step: VerifiedStep, verdict: Verdict) -> StepEvent:
     """The step as plain data for traces and the app (tokens with their p and q, the verdict, timings)."""
+    index, context, drafted, appended, draft = step.index, step.context, step.drafted, step.appended, step.draft
     p, q, accepted, next_token = verdict.p, verdict.q, verdict.accepted, verdict.next_token
     extra_kind = None if not drafted else ("bonus" if accepted == len(drafted) else "correction")
     q_of_draft = [1.0] * len(drafted) if q is None else [float(q[i, t]) for i, t in enumerate(drafted)]
@@ -236,8 +250,8 @@ def step_event(config: GenerationConfig, piecer: Piecer, index: int, context: li
         p_top=[_top(row, piecer) for row in p] if drafted else [],
         q_top=[_top(row, piecer) for row in q] if q is not None else [],
         residual_top=_top(verdict.residual, piecer) if verdict.residual is not None else [],
-        draft_s=draft_s, verify_s=verify_s, overhead_s=draft.overhead_s if draft else 0.0,
-        target_forwards=target_forwards, draft_source=draft.source if draft and drafted else None,
+        draft_s=step.draft_s, verify_s=step.verify_s, overhead_s=draft.overhead_s if draft else 0.0,
+        target_forwards=step.target_forwards, draft_source=draft.source if draft and drafted else None,
         draft_confidence=list(draft.confidence or [])[:len(drafted)] if draft else [],
         draft_guess=piecer.tokens(context, draft.guess[:len(drafted)]) if draft and draft.guess else [],
     )
@@ -267,11 +281,11 @@ def commit_tree(state: DecodeState, stopper: Stopper, draft: Draft, verdict: Tre
     return appended
 
 
-def tree_event(config: GenerationConfig, piecer: Piecer, index: int, context: list[int], draft: Draft,
-               appended: list[int], verdict: TreeVerdict, p: torch.Tensor, choices: list[int], draft_s: float,
-               verify_s: float, target_forwards: int) -> StepEvent:
+def tree_event(config: GenerationConfig, piecer: Piecer, step: VerifiedStep, verdict: TreeVerdict, p: torch.Tensor,
+               choices: list[int]) -> StepEvent:
     """A tree step as plain data: every node (its q in `drafted`), the accepted path, and the target's
-    choice with p along that path."""
+    choice with p (N+1, V) along that path (`choices`: the target's pick per row)."""
+    index, context, appended, draft = step.index, step.context, step.appended, step.draft
     tokens, parents = draft.tokens, draft.parents
     drafted = [piecer.tokens(context + path_tokens(tokens, parents, parent), [token], [q])[0]  # each after its own path
                for token, parent, q in zip(tokens, parents, draft.confidence or [1.0] * len(tokens))]
@@ -288,7 +302,7 @@ def tree_event(config: GenerationConfig, piecer: Piecer, index: int, context: li
         extra_kind="bonus" if leaf else "correction",
         p_top=[_top(p[r], piecer) for r in rows],
         residual_top=_top(verdict.residual, piecer) if verdict.residual is not None else [],
-        draft_s=draft_s, verify_s=verify_s, target_forwards=target_forwards,
+        draft_s=step.draft_s, verify_s=step.verify_s, target_forwards=step.target_forwards,
         draft_confidence=list(draft.confidence or []), tree_parents=list(parents), tree_path=list(verdict.path),
     )
 
@@ -307,8 +321,8 @@ def tree_step(target: Target, state: DecodeState, config: GenerationConfig, stop
         verdict, p, choices = verify_tree(state, config.sampling, draft, out.logits)
         target.keep(state.cache, len(draft.tokens) + 1, verdict.rows)
     appended = commit_tree(state, stopper, draft, verdict, out.hidden)
-    return tree_event(config, piecer, index, context, draft, appended, verdict, p, choices, draft_s, verify_time[0],
-                      state.target_forwards)
+    step = VerifiedStep(index, context, draft, draft.tokens, appended, draft_s, verify_time[0], state.target_forwards)
+    return tree_event(config, piecer, step, verdict, p, choices)
 
 
 def speculative_step(target: Target, state: DecodeState, config: GenerationConfig, stopper: Stopper,
@@ -337,8 +351,8 @@ def speculative_step(target: Target, state: DecodeState, config: GenerationConfi
 
     appended = commit(state, config, stopper, drafted, verdict, out.hidden)
     draft_s = max(0.0, draft_time[0] - (draft.overhead_s if draft else 0.0))
-    return step_event(config, piecer, index, context, drafted, appended, verdict, draft, draft_s, verify_time[0],
-                      state.target_forwards)
+    step = VerifiedStep(index, context, draft, drafted, appended, draft_s, verify_time[0], state.target_forwards)
+    return step_event(config, piecer, step, verdict)
 
 
 def _greedy_window(target: Target, state: DecodeState, config: GenerationConfig, catch_up: list[int],

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..decode import (DecodeState, GenerationConfig, Stopper, commit, commit_tree, emit, first_token, prefill_event,
-                      step_event, tree_event, verify_row, verify_tree)
+                      VerifiedStep, step_event, tree_event, verify_row, verify_tree)
 from ..costmodel import DraftCosts
 from ..drafters import Draft, Drafter, NgramDrafter, drafter_options, make_drafter
 from ..drafters.ngram import SurvivalStats
@@ -252,8 +252,9 @@ class ServingEngine:
             state.target_forwards += 1
             appended = commit_tree(state, request.stopper, draft, verdict, hidden)
             if request.events is not None:
-                request.events.append(tree_event(request.config, self.piecer, len(request.events), context, draft,
-                                                 appended, verdict, p, choices, draft_s, verify_s, state.target_forwards))
+                step = VerifiedStep(len(request.events), context, draft, draft.tokens, appended, draft_s, verify_s,
+                                    state.target_forwards)
+                request.events.append(tree_event(request.config, self.piecer, step, verdict, p, choices))
             request.records.append(StepRecord(n, n, len(verdict.path), len(appended), list(draft.confidence or []), -1))
             return
         drafted = draft.tokens[:n] if draft else []
@@ -262,8 +263,9 @@ class ServingEngine:
         state.target_forwards += 1
         appended = commit(state, request.config, request.stopper, drafted, verdict, hidden)
         if request.events is not None:
-            request.events.append(step_event(request.config, self.piecer, len(request.events), context, drafted,
-                                             appended, verdict, draft, draft_s, verify_s, state.target_forwards))
+            step = VerifiedStep(len(request.events), context, draft, drafted, appended, draft_s, verify_s,
+                                state.target_forwards)
+            request.events.append(step_event(request.config, self.piecer, step, verdict))
         # For the replay: how far the whole proposal matched the target (known where it was all verified).
         whole = draft is None or n == len(draft.tokens) or verdict.accepted < n
         survived = verdict.accepted if request.config.sampling.greedy and whole else -1
