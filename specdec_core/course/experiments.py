@@ -26,7 +26,7 @@ from ..models import LoadedModel, cache_dir, load_model, sha256_file
 from ..generation import generate
 from ..suite import PROMPTS_DIR
 
-CACHE_VERSION = 7  # bump when an experiment's definition or the engine's kernels change
+CACHE_VERSION = 6  # bump when an experiment's definition or the engine's kernels change
 
 COPY_PROMPT = ("Repeat the following paragraph exactly, word for word:\n\n"
                "The library opens at nine in the morning and closes at six in the evening. Visitors may borrow "
