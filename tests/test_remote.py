@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specdec_core.bench import remote_client, remote_counters
+from specdec_core.bench import remote_client, remote_counters, remote_load
 from specdec_core.errors import SpecDecError
 from conftest import llama_server_binary
 
@@ -800,7 +800,7 @@ def test_real_llama_server_killed_mid_load_test(tmp_path, capsys, monkeypatch):
             proc.wait(timeout=10)
         return record
 
-    monkeypatch.setattr(remote, "stream_chat", stream_then_kill)
+    monkeypatch.setattr(remote_load, "stream_chat", stream_then_kill)  # the load test calls it from there
     try:
         out = tmp_path / "load.json"
         assert main(["load-test", "--endpoint", url, "--prompts", str(copy_prompts(tmp_path)), "--concurrency", "1,2",
