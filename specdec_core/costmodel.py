@@ -222,17 +222,17 @@ def _measure_verify_ratios(lm: LoadedModel) -> tuple[dict[int, float], dict[int,
     return _fitted_ratios(cm), raw_ratios(cm.forward_s), cm.seconds(1)
 
 
-def isotonic(values: list[float], weights: list[float] | None = None) -> list[float]:
-    """The non-decreasing sequence closest to `values` in weighted least squares (pool adjacent violators):
-    a run that dips is replaced by its weighted mean. Unlike a running maximum, one slow outlier does not
-    lift every later value, and a fast one does not pull earlier values down."""
-    blocks: list[list[float]] = []  # [mean, weight, count]
-    for value, weight in zip(values, weights or [1.0] * len(values)):
-        blocks.append([value, weight, 1])
+def isotonic(values: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to `values` in least squares (pool adjacent violators): a run
+    that dips is replaced by its mean. Unlike a running maximum, one slow outlier does not lift every later
+    value, and a fast one does not pull earlier values down."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for value in values:
+        blocks.append([value, 1])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m1, w1, n1), (m2, w2, n2) = blocks.pop(-2), blocks.pop()
-            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
-    return [mean for mean, _, count in blocks for _ in range(count)]
+            (m1, n1), (m2, n2) = blocks.pop(-2), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [mean for mean, count in blocks for _ in range(int(count))]
 
 
 def _fitted_ratios(cm: CostModel) -> dict[int, float]:
