@@ -1,14 +1,16 @@
 """specdec-lab's Streamlit app. `streamlit_app.py` is the entry point (Streamlit runs it as a script)
-and `views/` holds the pages it registers with st.navigation; the modules they share:
+and `views/` holds the pages it registers with st.navigation, one file each. Beside them:
 
-- `language`: the UI language (?lang= and the session), `t` for UI strings, the 中文 / English switch;
-- `tokens_html`: tokens as HTML spans, a colour plus a second cue per role, and the legend;
-- `trace_store`: the shipped example traces (app/traces/);
-- `widgets`: choice widgets that survive a language switch, the drafter choice, the empty-prompt hint;
-- `model_store`: the model, its locks and batch server; `course`: the lesson files.
-
-Helpers of one page live beside it: `race_lanes` (race), `lab_prompts`, `survival` and `calibration_view` (lab),
-`load_view` (pays).
+- modules several pages share: `language` (the UI language: ?lang= and the session, `t` for UI strings,
+  the 中文 / English switch), `charts` (the one palette, series styles, result-file captions),
+  `tokens_html` (tokens as HTML spans, a colour plus a second cue per role, and the legend),
+  `widgets` (choice widgets that survive a language switch, the drafter choice, the empty-prompt hint),
+  `model_store` (the model, its locks and batch server), `course` (the lesson and quiz files) and
+  `trace_store` (the shipped example traces in app/traces/, for the race and the inspector);
+- a page's own helper, at the root under the name of what it draws: `race_lanes` (race), `tree_view`
+  (inspector), `load_view` (pays; the server page draws its load charts with it too), `server_view`
+  (server);
+- a page with several helpers gets a package: `lab/` (the acceptance & speedup lab).
 
 Pages stay thin: layout and widgets. Every number they show comes from `specdec_core`; these modules
 only turn engine data into HTML, tables and Streamlit state.

@@ -15,13 +15,12 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import ROOT
+from app import ROOT, charts
+from app.charts import shown_path
 from app.language import t
 
 from specdec_core.bench.loadtest import LoadConfig, run_load_test, serving_costs
 
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon")
 KNOWN_SCHEMES = ("ar", "spec-fixed", "spec-confidence", "spec-hardware")
 
 # The live run: short enough for a 2-core CPU (about 30 s with the cost table), big enough for a curve.
@@ -32,13 +31,6 @@ LIVE_COSTS = {"rows": (1, 2, 4), "tokens_per_row": (1, 2, 5), "repeats": 1}
 def results_path() -> Path:
     """The shipped results (SPECDEC_APP_LOAD_RESULTS overrides it, e.g. in tests)."""
     return Path(os.environ.get("SPECDEC_APP_LOAD_RESULTS") or ROOT / "benchmarks" / "load-cpu.json")
-
-
-def shown_path(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,17 +167,13 @@ def findings(results: dict) -> list[str]:
 # Charts
 # ---------------------------------------------------------------------------------------------
 
-def _style(i: int) -> dict:
-    return {"line": dict(color=OKABE_ITO[i % len(OKABE_ITO)]), "marker": dict(symbol=SYMBOLS[i % len(SYMBOLS)], size=9)}
-
-
 def throughput_figure(results: dict, title: str) -> go.Figure:
     """Per-user tokens/s against aggregate tokens/s, one line per scheme, points labelled C=…"""
     fig = go.Figure()
     for i, scheme in enumerate(schemes_of(results)):
         runs = runs_of(results, scheme)
         fig.add_scatter(x=[r["aggregate_tok_s"] for r in runs], y=[r["per_user_tok_s"] for r in runs],
-                        mode="lines+markers+text", name=scheme_label(scheme), **_style(i),
+                        mode="lines+markers+text", name=scheme_label(scheme), **charts.series_style(i),
                         text=[f"C={r['concurrency']}" for r in runs], textposition="top center",
                         hovertemplate="%{text}: %{x:.1f} → %{y:.1f} tok/s<extra>" + scheme + "</extra>")
     # Log axes: concurrency doubles from point to point, and both speeds change by large factors.
@@ -203,7 +191,7 @@ def verify_figure(results: dict) -> go.Figure:
         runs = [r for r in runs_of(results, scheme) if "mean_verify_tokens" in r]
         if runs:
             fig.add_scatter(x=[r["concurrency"] for r in runs], y=[r["mean_verify_tokens"] for r in runs],
-                            mode="lines+markers", name=scheme_label(scheme), **_style(i))
+                            mode="lines+markers", name=scheme_label(scheme), **charts.series_style(i))
     fig.update_layout(title=t("load_verify_title"), xaxis_title=t("load_axis_concurrency"),
                       yaxis_title=t("load_axis_verify"), xaxis=dict(type="log", tickvals=levels), height=380,
                       margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.25))
@@ -227,7 +215,7 @@ def decisions_figure(results: dict, scheme: str = "spec-hardware") -> go.Figure 
         shade = 0.15 + 0.85 * (j / max(1, len(keys) - 1))
         colour = f"rgba(0,114,178,{shade:.2f})"
         fig.add_bar(x=x, y=shares, name=t("load_decision", n=key), marker_color=colour,
-                    marker_line=dict(color="#333", width=0.5))
+                    marker_line=dict(color=charts.DARK_GREY, width=0.5))
     fig.update_layout(barmode="stack", title=t("load_decisions_title", scheme=scheme_label(scheme)),
                       xaxis_title=t("load_axis_concurrency"), yaxis_title=t("load_axis_share"), yaxis_tickformat=".0%",
                       height=380, margin=dict(t=50, b=10), legend=dict(traceorder="normal"))

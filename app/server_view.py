@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import load_view
+from app import charts, load_view
 from app.language import t
 
 from specdec_core.bench import remote, remote_client, remote_load
@@ -22,7 +22,7 @@ from specdec_core.bench.loadtest import PROMPTS_FILE, LoadConfig, workload
 from specdec_core.errors import SpecDecError
 
 LABELS = ("endpoint", "baseline")
-COLOURS = {"endpoint": "#0072B2", "baseline": "#E69F00"}
+COLOURS = {"endpoint": charts.BLUE, "baseline": charts.ORANGE}
 REQUESTS_PER_LEVEL = 2  # × C requests per level and server: a small run, as the live load test on "pays"
 MAX_LEVEL = 32  # a concurrency level above this is not a "small" run from a browser page
 MAX_LEVELS = 6
@@ -207,7 +207,7 @@ def category_figure(summary: dict, metric: str, title: str, axis: str) -> go.Fig
     for server, entry in summary.items():
         by = entry.get("by_category", {})
         fig.add_bar(x=categories, y=[(by.get(c) or {}).get(metric) for c in categories], name=label(server),
-                    marker_color=COLOURS.get(server, "#009E73"),
+                    marker_color=COLOURS.get(server, charts.GREEN),
                     marker_pattern_shape="/" if server == "baseline" else "")
     fig.update_layout(barmode="group", title=title, xaxis_title=t("server_axis_category"), yaxis_title=axis,
                       height=380, margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.25))
@@ -250,7 +250,7 @@ def per_position_figure(result: dict) -> go.Figure | None:
     for server, phase, spec in phases:
         survival = spec["acceptance_per_pos"]
         fig.add_bar(x=[f"s{i + 1}" for i in range(len(survival))], y=survival,
-                    name=f"{label(server)} · {t(f'server_phase_{phase}')}", marker_color=COLOURS.get(server, "#009E73"),
+                    name=f"{label(server)} · {t(f'server_phase_{phase}')}", marker_color=COLOURS.get(server, charts.GREEN),
                     marker_pattern_shape="" if phase == "bench" else ".")
     fig.update_layout(barmode="group", title=t("server_per_pos_title"), xaxis_title=t("server_axis_position"),
                       yaxis_title="s_i", yaxis_range=[0, 1], height=380, margin=dict(t=50, b=10),

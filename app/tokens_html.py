@@ -6,18 +6,19 @@ import html
 
 import streamlit as st
 
+from app.charts import BLUE, DARK_YELLOW, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILLION, YELLOW
 from app.language import t
 
 # role -> (colour, css of the second cue)
 ROLES = {
-    "ar": ("#56B4E9", "border:1px solid #56B4E9;"),                                   # sky blue, thin box
-    "accepted": ("#009E73", "border-bottom:3px solid #009E73;"),                      # bluish green, solid underline
-    "rejected": ("#D55E00", "text-decoration:line-through 2px;border:1px dashed #D55E00;opacity:.8;"),  # vermillion, struck
-    "correction": ("#0072B2", "border-bottom:4px double #0072B2;font-weight:600;"),   # blue, double underline
-    "bonus": ("#E69F00", "border-bottom:3px dotted #E69F00;font-weight:600;"),        # orange, dotted underline
-    "changing": ("#F0E442", "text-decoration:underline wavy #9a8f00;"),              # yellow, wavy underline
-    "window": ("#999999", "border:1px dashed #999999;opacity:.75;"),                  # grey, dashed box
-    "nar_diff": ("#CC79A7", "border-bottom:3px dashed #CC79A7;"),                     # reddish purple, dashed underline
+    "ar": (SKY, f"border:1px solid {SKY};"),                                                    # thin box
+    "accepted": (GREEN, f"border-bottom:3px solid {GREEN};"),                                   # solid underline
+    "rejected": (VERMILLION, f"text-decoration:line-through 2px;border:1px dashed {VERMILLION};opacity:.8;"),  # struck
+    "correction": (BLUE, f"border-bottom:4px double {BLUE};font-weight:600;"),                  # double underline
+    "bonus": (ORANGE, f"border-bottom:3px dotted {ORANGE};font-weight:600;"),                   # dotted underline
+    "changing": (YELLOW, f"text-decoration:underline wavy {DARK_YELLOW};"),                     # wavy underline
+    "window": (GREY, f"border:1px dashed {GREY};opacity:.75;"),                                 # dashed box
+    "nar_diff": (PURPLE, f"border-bottom:3px dashed {PURPLE};"),                                # dashed underline
 }
 LEGEND_ROLES = ("ar", "accepted", "rejected", "correction", "bonus", "changing", "nar_diff")
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from app import charts
 from app.language import t
 from app.tokens_html import ROLES, visible
 from specdec_core.trees import sibling_ranks
 
-STATE_COLOURS = {"accepted": ROLES["accepted"][0], "rejected": ROLES["rejected"][0], "unreached": "#BBBBBB"}
+STATE_COLOURS = {"accepted": ROLES["accepted"][0], "rejected": ROLES["rejected"][0], "unreached": charts.LIGHT_GREY}
 STATE_SYMBOLS = {"accepted": "circle", "rejected": "x", "unreached": "circle-open"}  # a second cue beside colour
 
 
@@ -71,9 +72,9 @@ def tree_figure(step, greedy: bool) -> go.Figure:
         (x0, y0), (x1, y1) = xy[parent], xy[node]
         thick = node in path
         fig.add_scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
-                        line=dict(width=5 if thick else 1.2, color=STATE_COLOURS["accepted"] if thick else "#999999"))
+                        line=dict(width=5 if thick else 1.2, color=STATE_COLOURS["accepted"] if thick else charts.GREY))
     fig.add_scatter(x=[0], y=[root_row], mode="markers+text", text=[t("tree_root")], textposition="middle left",
-                    marker=dict(size=16, color="#56B4E9", symbol="square"), hoverinfo="skip", showlegend=False)
+                    marker=dict(size=16, color=charts.SKY, symbol="square"), hoverinfo="skip", showlegend=False)
     for state in ("accepted", "rejected", "unreached"):
         nodes = [i for i, s in enumerate(states) if s == state]
         if not nodes:

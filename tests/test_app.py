@@ -613,7 +613,7 @@ def test_lab_runs_on_the_model_and_draws_theory_and_measurements():
 def test_lab_compares_a_chain_with_trees_of_every_size_beside_the_cost_curve():
     """Before a run only the measured cost curve is drawn; a run pools τ and speed per (tree, size) over
     the prompts and draws them; a drafter without trees says so instead of offering the run."""
-    from app import tree_lab
+    from app.lab import trees
 
     en = _strings("en")
     at = open_page("lab", "en")
@@ -624,7 +624,7 @@ def test_lab_compares_a_chain_with_trees_of_every_size_beside_the_cost_curve():
     ok(at.slider(key="lab_max_new").set_value(16).run())
     ok(button(at, "lab_trees_run").click().run())
     result = at.session_state["lab_trees"]["result"]
-    assert set(result) == set(tree_lab.variants("quant")) == {("chain", 0), *(("dynamic", n) for n in tree_lab.SIZES)}
+    assert set(result) == set(trees.variants("quant")) == {("chain", 0), *(("dynamic", n) for n in trees.SIZES)}
     assert all(r["tau"] >= 1.0 and r["speedup"] > 0 for r in result.values())
     keys = {chart_key(c) for c in plotly_charts(at, "lab_trees")}
     assert keys == {"lab_trees_cost", "lab_trees_tau_chart", "lab_trees_speed_chart"}
@@ -646,7 +646,7 @@ def test_lab_runs_the_quant_drafter_at_the_precision_and_depth_chosen():
 
 def test_survival_pools_the_per_position_counts_and_fits_alpha():
     """s_i = steps accepting >= i / steps offering >= i, pooled by counts; α = accepted / examined."""
-    from app import survival
+    from app.lab import survival
     from specdec_core.metrics import compute_metrics
     from specdec_core.trace import StepEvent, Token, Trace
 

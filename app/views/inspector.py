@@ -3,7 +3,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import model_store, tokens_html, trace_store, tree_view, widgets
+from app import charts, model_store, tokens_html, trace_store, tree_view, widgets
 from app.language import t
 from app.tokens_html import visible
 
@@ -211,8 +211,8 @@ else:
         q_vals[seen[drafted.id]] = drafted.prob
     labels = [f"{lab} ({tid})" if labels.count(lab) > 1 else lab for lab, tid in zip(labels, seen)]
     fig = go.Figure()
-    fig.add_bar(x=labels, y=p_vals, name=t("p_target"), marker_color="#0072B2")
-    fig.add_bar(x=labels, y=q_vals, name=t("q_draft"), marker_color="#E69F00", marker_pattern_shape="/")
+    fig.add_bar(x=labels, y=p_vals, name=t("p_target"), marker_color=charts.BLUE)
+    fig.add_bar(x=labels, y=q_vals, name=t("q_draft"), marker_color=charts.ORANGE, marker_pattern_shape="/")
     fig.update_layout(barmode="group", height=320, margin=dict(t=40, b=10),
                       title=t("insp_pq_title", pos=pos, token=visible(drafted.piece)),
                       yaxis_title=t("probability"))
@@ -233,7 +233,7 @@ else:
         st.markdown(f"**{t('insp_residual_h', pos=rejected + 1)}**")
         res = go.Figure()
         res.add_bar(x=[visible(tok.piece) for tok in step.residual_top], y=[tok.prob for tok in step.residual_top],
-                    marker_color="#009E73", name="norm(max(0, p−q))")
+                    marker_color=charts.GREEN, name="norm(max(0, p−q))")
         res.update_layout(height=280, margin=dict(t=10, b=10), yaxis_title=t("probability"))
         st.plotly_chart(res, width="stretch", key="insp_residual")
         st.caption(t("insp_residual_note", token=visible(step.extra.piece) if step.extra else "?"))

@@ -4,14 +4,16 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import calibration_view, curve_view, lab_prompts, model_store, survival, tree_lab, widgets
+from app import charts, model_store, widgets
+from app.lab import calibration, curve, survival, trees
+from app.lab.prompts import prompts_by_category
 from app.language import t
 
 import specdec_core as sd
 
 K_MAX = 16
 # One colour per survival curve (Okabe–Ito; a single i.i.d. curve is black): the most curves kept at once.
-SURVIVAL_COLOURS = ("#D55E00", "#009E73", "#CC79A7", "#0072B2", "#E69F00", "#56B4E9")
+SURVIVAL_COLOURS = (charts.VERMILLION, charts.GREEN, charts.PURPLE, charts.BLUE, charts.ORANGE, charts.SKY)
 ALPHA_SOURCES = ("fit", "rate", "slider")
 ss = st.session_state
 
@@ -19,7 +21,7 @@ st.title(t("lab_title"))
 st.markdown(t("lab_intro"))
 st.caption(t("lab_benchmarks"))
 
-prompts = lab_prompts.prompts_by_category()
+prompts = prompts_by_category()
 categories = sorted(prompts)
 
 # ------------------------------------------------------------------ settings
@@ -175,27 +177,27 @@ ks_axis = list(range(1, K_MAX + 1))
 left, right = st.columns(2)
 fig = go.Figure()
 fig.add_scatter(x=ks_axis, y=[sd.theory.expected_tokens_per_step(alpha, k) for k in ks_axis], mode="lines",
-                name=t("lab_theory_exact"), line=dict(color="#0072B2", width=3))
+                name=t("lab_theory_exact"), line=dict(color=charts.BLUE, width=3))
 fig.add_scatter(x=ks_axis, y=[sd.theory.approx_tokens_per_step(alpha, k) for k in ks_axis], mode="lines",
-                name=t("lab_theory_approx"), line=dict(color="#E69F00", dash="dash"))
+                name=t("lab_theory_approx"), line=dict(color=charts.ORANGE, dash="dash"))
 if measured:
     fig.add_scatter(x=list(measured), y=[v["tau"] for v in measured.values()], mode="markers+lines",
-                    name=t("lab_measured_tau"), marker=dict(color="#D55E00", size=11, symbol="diamond"),
-                    line=dict(color="#D55E00", dash="dot"))
+                    name=t("lab_measured_tau"), marker=dict(color=charts.VERMILLION, size=11, symbol="diamond"),
+                    line=dict(color=charts.VERMILLION, dash="dot"))
 fig.update_layout(title=t("lab_tau_title", alpha=f"{alpha:.2f}"), xaxis_title="k", yaxis_title="τ",
                   height=380, margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.2))
 left.plotly_chart(fig, width="stretch", key="lab_tau")
 
 fig = go.Figure()
 fig.add_scatter(x=ks_axis, y=[sd.theory.walltime_speedup_with_verify_cost(alpha, k, c_ratio, ratios[k]) for k in ks_axis],
-                mode="lines", name=t("lab_theory_speedup_measured"), line=dict(color="#0072B2", width=3))
+                mode="lines", name=t("lab_theory_speedup_measured"), line=dict(color=charts.BLUE, width=3))
 fig.add_scatter(x=ks_axis, y=[sd.theory.walltime_speedup(alpha, k, c_ratio) for k in ks_axis], mode="lines",
-                name=t("lab_theory_speedup_free"), line=dict(color="#009E73", dash="dot"))
+                name=t("lab_theory_speedup_free"), line=dict(color=charts.GREEN, dash="dot"))
 if measured:
     fig.add_scatter(x=list(measured), y=[v["speedup"] for v in measured.values()], mode="markers+lines",
-                    name=t("lab_measured_speedup"), marker=dict(color="#D55E00", size=11, symbol="diamond"),
-                    line=dict(color="#D55E00", dash="dot"))
-fig.add_hline(y=1.0, line=dict(color="#555", dash="dash"), annotation_text=t("break_even"))
+                    name=t("lab_measured_speedup"), marker=dict(color=charts.VERMILLION, size=11, symbol="diamond"),
+                    line=dict(color=charts.VERMILLION, dash="dot"))
+fig.add_hline(y=1.0, line=dict(color=charts.DARK_GREY, dash="dash"), annotation_text=t("break_even"))
 fig.update_layout(title=t("lab_speedup_title", alpha=f"{alpha:.2f}", c=f"{c_ratio:.3f}"), xaxis_title="k",
                   yaxis_title=t("speedup"), height=380, margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.2))
 right.plotly_chart(fig, width="stretch", key="lab_speedup")
@@ -237,7 +239,7 @@ if curves:
                             line=dict(color=colour, dash="dash"))
     if alpha_source == "slider" and longest:
         fig.add_scatter(x=longest, y=[sd.theory.prob_all_accepted(alpha, i) for i in longest], mode="lines",
-                        name=t("lab_iid_prefix", alpha=f"{alpha:.2f}"), line=dict(color="black", dash="dash", width=2))
+                        name=t("lab_iid_prefix", alpha=f"{alpha:.2f}"), line=dict(color=charts.BLACK, dash="dash", width=2))
     fig.update_layout(title=t("lab_survival_title"), xaxis_title=t("lab_draft_position"),
                       yaxis_title=t("lab_accept_rate"), yaxis_range=[0, 1.05], xaxis=dict(dtick=1), height=420,
                       margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.2))
@@ -253,10 +255,10 @@ if measured:
     a_fit = v["alpha_fit"]
     fig = go.Figure()
     lengths = list(range(k_detail + 1))
-    fig.add_bar(x=lengths, y=v["hist"], name=t("lab_measured"), marker_color="#56B4E9")
+    fig.add_bar(x=lengths, y=v["hist"], name=t("lab_measured"), marker_color=charts.SKY)
     fig.add_scatter(x=lengths, y=[v["drafts"] * p for p in sd.theory.accepted_length_pmf(a_fit, k_detail)],
                     mode="lines+markers", name=t("lab_iid_hist", alpha=f"{a_fit:.2f}"),
-                    line=dict(color="#0072B2", dash="dash"))
+                    line=dict(color=charts.BLUE, dash="dash"))
     fig.update_layout(title=t("lab_hist_title", k=k_detail), xaxis_title=t("lab_accepted_length"),
                       yaxis_title=t("lab_steps"), height=360, margin=dict(t=50, b=10), legend=dict(orientation="h", y=-0.25))
     st.plotly_chart(fig, width="stretch", key="lab_hist")
@@ -273,26 +275,26 @@ fig = go.Figure(go.Heatmap(x=ks_axis, y=alphas, z=z, customdata=speedups, colors
                                          ticktext=["≤ 0.25×", "0.5×", "1×", "2×", "≥ 4×"]),
                            hovertemplate="k=%{x}<br>α=%{y:.2f}<br>" + t("speedup") + "=%{customdata:.2f}×<extra></extra>"))
 fig.add_scatter(x=ks_axis, y=[sd.theory.break_even_alpha(k, c_ratio, ratios[k]) for k in ks_axis], mode="lines",
-                name=t("lab_break_even_line"), line=dict(color="black", width=3))
+                name=t("lab_break_even_line"), line=dict(color=charts.BLACK, width=3))
 rule = []
 for k in ks_axis:  # the seed's rule of thumb kα > 1 + k·c_q/c_p: the first α on the grid where it says "profitable"
     rule.append(next((a for a in alphas if sd.theory.rule_of_thumb_profitable(a, k, c_ratio)), None))
-fig.add_scatter(x=ks_axis, y=rule, mode="lines", name=t("lab_rule_line"), line=dict(color="black", dash="dash", width=2))
+fig.add_scatter(x=ks_axis, y=rule, mode="lines", name=t("lab_rule_line"), line=dict(color=charts.BLACK, dash="dash", width=2))
 if measured:
     fig.add_scatter(x=list(measured), y=[v["alpha"] for v in measured.values()], mode="markers+text",
                     text=[f"{v['speedup']:.2f}×" for v in measured.values()], textposition="top center",
                     name=t("lab_measured_point"),
-                    marker=dict(symbol="star", size=16, color="#F0E442", line=dict(color="black", width=1.5)))
+                    marker=dict(symbol="star", size=16, color=charts.YELLOW, line=dict(color=charts.BLACK, width=1.5)))
 fig.update_layout(xaxis_title="k", yaxis_title="α", height=520, margin=dict(t=30, b=10),
                   legend=dict(orientation="h", y=-0.15))
 st.plotly_chart(fig, width="stretch", key="lab_heatmap")
 st.caption(t("lab_heatmap_note", c=f"{c_ratio:.3f}"))
 
 # ------------------------------------------------------------------ trees: τ and speed against tree size, beside the cost curve
-tree_lab.section(st, lm, cm, drafter, prompts.get(category, [])[:n_prompts], 4, max_new)
+trees.section(st, lm, cm, drafter, prompts.get(category, [])[:n_prompts], 4, max_new)
 
 # ------------------------------------------------------------------ trained drafters: acceptance against training data
-curve_view.show()
+curve.show()
 
 # ------------------------------------------------------------------ the block drafter: calibration and acceptance per position
-calibration_view.show()
+calibration.show()

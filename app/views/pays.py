@@ -6,13 +6,11 @@ import dataclasses
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import load_view, model_store, widgets
+from app import charts, load_view, model_store, widgets
 from app.language import t
 
 import specdec_core as sd
 
-OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon")
 
 st.title(t("pays_title"))
 st.markdown(t("pays_intro"))
@@ -71,13 +69,12 @@ def forward_time_section() -> None:
     for i, b in enumerate(batches):
         mine = sorted((r for r in rows if r["batch"] == b), key=lambda r: r["tokens"])
         x = [b * r["tokens"] for r in mine]
-        style = dict(color=OKABE_ITO[i % len(OKABE_ITO)])
-        marker = dict(symbol=SYMBOLS[i % len(SYMBOLS)], size=9)
+        style = charts.series_style(i)
         label = t("pays_batch_label", b=b)
-        fig_t.add_scatter(x=x, y=[1000 * r["seconds"] for r in mine], mode="lines+markers", name=label, line=style, marker=marker,
+        fig_t.add_scatter(x=x, y=[1000 * r["seconds"] for r in mine], mode="lines+markers", name=label, **style,
                           text=[f"{r['tokens']} tok × {b}" for r in mine], hovertemplate="%{text}: %{y:.1f} ms<extra></extra>")
         fig_per.add_scatter(x=x, y=[1000 * r["seconds"] / (b * r["tokens"]) for r in mine], mode="lines+markers", name=label,
-                            line=style, marker=marker)
+                            **style)
     totals = sorted({r["batch"] * r["tokens"] for r in rows})
     fig_t.update_layout(title=t("pays_time_title"), xaxis_title=t("pays_total_tokens"), yaxis_title="ms / forward",
                         xaxis=dict(type="log", tickvals=totals), height=380, margin=dict(t=50, b=10))
@@ -108,11 +105,11 @@ def forward_time_section() -> None:
         best_curve.append(sd.theory.walltime_speedup_with_verify_cost(alpha, kb, c_ratio, ratios[kb]))
     fig = go.Figure()
     fig.add_scatter(x=batches, y=fixed, mode="lines+markers", name=t("pays_fixed_k", k=k),
-                    line=dict(color="#0072B2", width=3), marker=dict(size=9))
+                    line=dict(color=charts.BLUE, width=3), marker=dict(size=9))
     fig.add_scatter(x=batches, y=best_curve, mode="lines+markers+text", name=t("pays_best_k"),
                     text=[f"k={kb}" for kb in best_ks], textposition="top center",
-                    line=dict(color="#E69F00", dash="dash"), marker=dict(symbol="diamond", size=9))
-    fig.add_hline(y=1.0, line=dict(color="#555", dash="dash"), annotation_text=t("break_even"))
+                    line=dict(color=charts.ORANGE, dash="dash"), marker=dict(symbol="diamond", size=9))
+    fig.add_hline(y=1.0, line=dict(color=charts.DARK_GREY, dash="dash"), annotation_text=t("break_even"))
     fig.update_layout(title=t("pays_speedup_title", alpha=f"{alpha:.2f}", c=f"{c_ratio:.3f}"), xaxis_title=t("pays_batch"),
                       yaxis_title=t("speedup"), xaxis=dict(type="log", tickvals=batches), height=400, margin=dict(t=50, b=10),
                       legend=dict(orientation="h", y=-0.2))

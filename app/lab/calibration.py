@@ -20,14 +20,14 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import ROOT, widgets
+from app import ROOT, charts, widgets
+from app.charts import shown_path
 from app.language import t
-from app.load_view import shown_path
 from specdec_core.metrics import conditional_acceptance
 
 REGIMES = ("greedy", "sampled")
 TAU_DRAFTERS = ("block", "block-parallel", "eagle")  # eagle: the serial reference, when the file has it
-TAU_COLOURS = {"block": "#D55E00", "block-parallel": "#0072B2", "eagle": "#009E73"}
+TAU_COLOURS = {"block": charts.VERMILLION, "block-parallel": charts.BLUE, "eagle": charts.GREEN}
 TAU_K_DEFAULT = 7
 # A bench summary label of a greedy spec run at one k (bench.label_for with sweep=True).
 TAU_LABEL = re.compile(r"spec:(?P<drafter>[a-z-]+)@k=(?P<k>\d+),t=0")
@@ -134,11 +134,11 @@ def reliability_figure(p: dict) -> go.Figure:
     follows its bin's count: a sparse bin's distance from the diagonal is mostly noise."""
     fig = go.Figure()
     fig.add_scatter(x=[0, 1], y=[0, 1], mode="lines", name=t("lab_calib_diagonal"),
-                    line=dict(color="black", dash="dash", width=1.5))
+                    line=dict(color=charts.BLACK, dash="dash", width=1.5))
     most = max([row["count"] for key in ("reliability_before", "reliability_after") for row in p[key]], default=1)
-    shown = (("reliability_before", t("lab_calib_before", ece=f"{p['ece_before']:.3f}"), "#E69F00", "circle-open"),
+    shown = (("reliability_before", t("lab_calib_before", ece=f"{p['ece_before']:.3f}"), charts.ORANGE, "circle-open"),
              ("reliability_after", t("lab_calib_after", temperature=f"{p['temperature']:.2f}", ece=f"{p['ece_after']:.3f}"),
-              "#0072B2", "diamond"))
+              charts.BLUE, "diamond"))
     for key, name, colour, symbol in shown:
         rows = p[key]
         fig.add_scatter(x=[r["predicted"] for r in rows], y=[r["observed"] for r in rows], mode="lines+markers",

@@ -17,9 +17,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import ROOT, widgets
+from app import ROOT, charts, widgets
+from app.charts import shown_path
 from app.language import t
-from app.load_view import OKABE_ITO, shown_path
 
 METRICS = ("s1", "tau")
 
@@ -64,7 +64,7 @@ def curve_figure(curve: dict, metric: str) -> go.Figure:
     points = curve["sources"]
     categories = sorted({c for pts in points.values() for p in pts for c in p["categories"]})
     for i, category in enumerate(categories):
-        colour = OKABE_ITO[i % len(OKABE_ITO)]
+        colour = charts.colour(i)
         for sources, pts in points.items():
             shown = [p for p in pts if category in p["categories"]]
             mixed = sources == "all"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app import model_store, widgets
+from app import charts, model_store, widgets
 from app.language import t
 
 SIZES = (2, 4, 8, 16)
-COLOURS = {"chain": "#000000", "static": "#0072B2", "dynamic": "#D55E00"}
+COLOURS = {"chain": charts.BLACK, "static": charts.BLUE, "dynamic": charts.VERMILLION}
 
 
 def variants(drafter: str) -> list[tuple[str, int]]:
@@ -76,7 +76,7 @@ def cost_figure(cm) -> go.Figure:
     sizes = list(range(1, 33))
     fig = go.Figure()
     fig.add_scatter(x=sizes, y=[cm.verify_ratio(n) for n in sizes], mode="lines", name=t("tree_cost_curve"),
-                    line=dict(color="#009E73"))
+                    line=dict(color=charts.GREEN))
     fig.update_layout(title=t("tree_cost_title"), height=320, margin=dict(t=40, b=10),
                       xaxis=dict(title=t("tree_nodes"), type="log", tickvals=[1, 2, 4, 8, 16, 32]),
                       yaxis_title=t("tree_cost_axis"))
