@@ -10,12 +10,13 @@
 #   scripts/measure_baseline.sh k           # untimed: each trained kind's k from the held-out split and that profile -> $OUT/k-baseline.env
 #   scripts/measure_baseline.sh suite       # the 64-prompt re-measurement at those k, 3 repeats (hours: RESUME=1 continues it
 #                                           # in a later session, on the same engine code and CPU; commit its .partial.json to carry it)
+#   scripts/measure_baseline.sh sweep       # the shipped drafters at k = 1..4 on the 12 quick prompts, 2 repeats (lesson 13's exercise)
 # llamacpp:ar joins the suite where `make llamacpp` has built its binding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=${OUT:-benchmarks}
-case "${1:?stage: kernels, profile, ab, invariance, quick, identity, costs, k or suite}" in
+case "${1:?stage: kernels, profile, ab, invariance, quick, identity, costs, k, suite or sweep}" in
   kernels) $PY -m specdec_core profile --kernels --remeasure-kernels ;;
   profile)
     for table in measured legacy; do
@@ -47,5 +48,8 @@ case "${1:?stage: kernels, profile, ab, invariance, quick, identity, costs, k or
     $PY -m specdec_core bench --prompts specdec_core/prompts/suite.jsonl --repeats 3 ${RESUME:+--resume} \
       --modes "ar,ar@kernels=legacy,hf:ar,hf:pld$peer,ar@weights=int4,ar@weights=int8,spec:ngram,spec:quant,spec:mix,$chains" \
       --out "$OUT/baseline-suite-cpu.json" ;;
+  sweep)
+    $PY -m specdec_core bench --prompts specdec_core/prompts/quick.jsonl --modes ar,spec:ngram,spec:draft,spec:heads,spec:eagle \
+      --k 1,2,3,4 --max-new-tokens 32 --repeats 2 --out "$OUT/retrained-sweep-k-cpu.json" ;;
   *) echo "unknown stage $1" >&2; exit 2 ;;
 esac
