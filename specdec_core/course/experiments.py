@@ -232,6 +232,21 @@ def _survival(lm: LoadedModel) -> tuple[float, dict]:
                                     "drafter": "ngram-fixed", "k": 8, "position": 4}
 
 
+def _kernel_table_tau(lm: LoadedModel) -> tuple[float, dict]:
+    """τ of n-gram drafting (ngram-fixed, k = 4) on copy prompts with the old hard-coded kernel choice
+    ("legacy") over τ with this machine's measured kernel table: what a faster baseline step changes in
+    the counts. Both tables compute the same products, so only a near-tie flipped by rounding can differ."""
+    prompts = (COPY_PROMPT, *suite_prompts("copy", 2))
+    legacy = load_model(lm.name, kernels="legacy")
+    runs = {"measured": _pooled_spec(lm, prompts, drafter="ngram-fixed", k=4),
+            "legacy": _pooled_spec(legacy, prompts, drafter="ngram-fixed", k=4)}
+    tables = {"measured": kernel_table(lm.model), "legacy": kernel_table(legacy.model)}
+    return runs["legacy"]["tau"] / runs["measured"]["tau"], {
+        name: {"tau": r["tau"], "forwards": r["forwards"], "accepted": r["accepted"], "drafted": r["drafted"],
+               "kernel_table": tables[name].label() if tables[name] else None} for name, r in runs.items()
+    } | {"drafter": "ngram-fixed", "k": 4, "prompts": len(prompts)}
+
+
 def _temperature_tau(lm: LoadedModel) -> tuple[float, dict]:
     """τ of n-gram drafting on copy prompts at temperature 0, 0.7 and 1.0 (two seeds when sampling)."""
     prompts = (COPY_PROMPT, *suite_prompts("copy", 1))
@@ -511,6 +526,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("ngram_copy_a4", {"zh": "复制型提示上 n-gram 草稿第 4 个位置的条件接受率 a_4（k=8）",
                                  "en": "Conditional acceptance a_4 of n-gram drafts at position 4 on copy prompts (k=8)"},
                "fraction", _survival, reads=SUITE),
+    Experiment("kernel_table_tau_ratio", {"zh": "复制型提示上 n-gram 草稿（ngram-fixed，k=4）在旧的固定内核选择（legacy）下的 τ，相对本机实测内核表下 τ 之比",
+                                          "en": "τ of n-gram drafting (ngram-fixed, k=4) on copy prompts under the old hard-coded kernel choice (legacy) over τ under this machine's measured kernel table"},
+               "x", _kernel_table_tau, reads=SUITE),
     Experiment("ngram_tau_temperature_1", {"zh": "温度 1.0 时 n-gram 草稿在复制型提示上的 τ（附温度 0 与 0.7）",
                                            "en": "τ of n-gram drafting on copy prompts at temperature 1.0 (with 0 and 0.7 beside it)"},
                "tokens/forward", _temperature_tau, reads=COUNTED),

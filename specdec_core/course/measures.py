@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -95,6 +96,13 @@ SOURCES: dict[str, Source] = {
     "retrained-fresh": Source("benchmarks/retrained-fresh-cpu.json", "§16", profile=INTEL_PROFILE),
     "trees-retrained": Source("benchmarks/trees-retrained-cpu.json", "§16", profile=INTEL_PROFILE),
     "retrained-block": Source("benchmarks/retrained-block-tau-cpu.json", "§16d", profile=INTEL_PROFILE),
+    # §17b, §18: the baseline made honest. Raw r(k) under the old hard-coded kernel choice and under this
+    # machine's measured kernel table (9 repeats each), the Xeon profile where the old choice failed, and
+    # the suite re-measured against the fast step with ar@kernels=legacy, stock transformers and llama.cpp
+    "xeon-profile": Source(INTEL_PROFILE, "§16a", cpu="Intel Xeon", date="2026-12-06"),
+    "profile-legacy": Source("benchmarks/cost-baseline-legacy-cpu.json", "§17b", cpu="AMD EPYC", date="2026-12-07"),
+    "profile-measured": Source("benchmarks/cost-baseline-measured-cpu.json", "§17b", cpu="AMD EPYC", date="2026-12-07"),
+    "baseline": Source("benchmarks/baseline-suite-cpu.json", "§18"),
 }
 
 
@@ -292,9 +300,53 @@ def _curve() -> dict[str, Measure]:
     return m
 
 
+def _raw_ratio(source: str, tokens: int) -> Measure:
+    """Raw r(tokens - 1) = t(tokens) / t(1) of a cost profile: the measured medians, as the guard reads them."""
+    return Measure(source, ("forward_s",), "{:.2f}", derive=lambda d: raw_ratios(d["forward_s"])[tokens - 1],
+                   timed=True)
+
+
+def _faster_than(mode: str, than: str) -> Callable[[Any], float]:
+    """How many times faster `mode` ran than `than` on the suite: the geometric mean over prompts of the
+    ratio of their median walls per token (the bench's speedup_vs_ar, with another baseline)."""
+    def derive(run: dict) -> float:
+        walls: dict[tuple[str, str], list[float]] = {}
+        for r in run["results"]:
+            walls.setdefault((r["mode"], r["prompt_id"]), []).append(r["wall_s"] / max(1, r["new_tokens"]))
+        prompts = [p for m, p in walls if m == mode]
+        return math.exp(sum(math.log(statistics.median(walls[(than, p)]) / statistics.median(walls[(mode, p)]))
+                            for p in prompts) / len(prompts))
+    return derive
+
+
+def _baseline() -> dict[str, Measure]:
+    """§17b and §18: r(k) under the old and the measured kernel table, the Xeon where the old one failed,
+    and the suite against the fast step, the old step, stock transformers and llama.cpp."""
+    m = {
+        "honest.xeon.forward_1_ms": Measure("xeon-profile", _forward(1), "{:.1f} ms", scale=1000),
+        "honest.xeon.forward_3_ms": Measure("xeon-profile", _forward(3), "{:.1f} ms", scale=1000),
+        "honest.xeon.r.2": _raw_ratio("xeon-profile", 3),
+        "baseline.ar.tok_s": Measure("baseline", _mode("ar", "tokens_per_s"), "{:.1f}", timed=True),
+        "baseline.llamacpp.tok_s": Measure("baseline", _mode("llamacpp:ar", "tokens_per_s"), "{:.1f}", timed=True),
+        "baseline.llamacpp.ar": Measure("baseline", _mode("llamacpp:ar", "speedup_vs_ar"), "{:.2f}×"),
+        "baseline.int4.vs_llamacpp": Measure("baseline", ("results",), "{:.2f}×",
+                                             derive=_faster_than("ar@weights=int4", "llamacpp:ar")),
+        "baseline.ar.legacy": Measure("baseline", ("results",), "{:.2f}×", derive=_faster_than("ar", "ar@kernels=legacy")),
+        "baseline.ar.hf": Measure("baseline", ("results",), "{:.2f}×", derive=_faster_than("ar", "hf:ar")),
+        "baseline.eagle.speedup": Measure("baseline", ("summary",), "{:.2f}×",
+                                          derive=lambda d: d["summary"][_at_k(d, "eagle")]["speedup_vs_ar"]),
+        "baseline.eagle.vs_legacy": Measure("baseline", ("results",), "{:.2f}×",
+                                            derive=lambda d: _faster_than(_at_k(d, "eagle"), "ar@kernels=legacy")(d)),
+    }
+    for table in ("legacy", "measured"):
+        m[f"honest.{table}.forward_1_ms"] = Measure(f"profile-{table}", _forward(1), "{:.1f} ms", scale=1000)
+        m[f"honest.{table}.r.2"] = _raw_ratio(f"profile-{table}", 3)
+    return m
+
+
 def _family() -> dict[str, Measure]:
     """The registry: every name a lesson or quiz text quotes (a test checks that each one is quoted)."""
-    groups = (_cost(), _suite_sweep_trained(), _block(), _quant(), _cards_gap(), _curve(), _retrained())
+    groups = (_cost(), _suite_sweep_trained(), _block(), _quant(), _cards_gap(), _curve(), _retrained(), _baseline())
     m: dict[str, Measure] = {}
     for group in groups:
         clash = set(m) & set(group)
