@@ -26,7 +26,7 @@ from ..models import LoadedModel, cache_dir, load_model, sha256_file
 from ..generation import generate
 from ..suite import PROMPTS_DIR
 
-CACHE_VERSION = 6  # bump when an experiment's definition or the engine's kernels change
+CACHE_VERSION = 7  # bump when an experiment's definition or the engine's kernels change
 
 COPY_PROMPT = ("Repeat the following paragraph exactly, word for word:\n\n"
                "The library opens at nine in the morning and closes at six in the evening. Visitors may borrow "
@@ -299,31 +299,32 @@ def _sampling_acceptance(lm: LoadedModel) -> tuple[float, dict]:
                                                "observed": counts.get(t, 0) / trials} for t in top]}
 
 
-def _batching_gain(lm: LoadedModel, concurrency: int = 8, rounds: int = 2, new_tokens: int = 32) -> tuple[float, dict]:
-    """What batching alone buys: plain one-token-per-step serving (`ar` in `specdec_core.serving`,
-    closed loop, no drafts) delivers how many times more tokens per second in total with `concurrency`
-    requests in flight than with one. Levels interleaved (1, C, 1, C: machine noise hits both alike);
-    each counts every token of its requests over their whole run, first arrival to last completion,
-    prefills included. ~25 s on a slow 2-core CPU."""
-    from ..bench.loadtest import LoadConfig, run_level, workload
+def _int4_agreement(lm: LoadedModel) -> tuple[float, dict]:
+    """Share of fp32 AR's greedy tokens that AR on the int4 copy writes at the same position (64 new tokens,
+    a story, two chat and two QA prompts): how far weight-only quantisation moves the model when nothing
+    verifies it. A count: the same on every run of one machine."""
+    from ..quant import with_weights
+    int4 = with_weights(lm, "int4")
+    prompts = (STORY_PROMPT, *CHAT_PROMPTS, *suite_prompts("qa", 2))
+    cfg = GenerationConfig(mode="ar", max_new_tokens=64)
+    same = total = 0
+    first_difference = []
+    for prompt in prompts:
+        fp32, quantised = generate(lm, prompt, cfg).token_ids, generate(int4, prompt, cfg).token_ids
+        same += positional_matches(fp32, quantised)
+        total += len(fp32)
+        first_difference.append(next((i for i, (a, b) in enumerate(zip(fp32, quantised)) if a != b), None))
+    return same / total, {"same": same, "compared": total, "prompts": len(prompts), "first_difference": first_difference,
+                          "identical_outputs": sum(d is None for d in first_difference)}
 
-    cases = workload()
-    pooled = {1: [0, 0.0], concurrency: [0, 0.0]}  # tokens, seconds
-    speeds: dict[int, list[float]] = {1: [], concurrency: []}
-    for _ in range(rounds):
-        for c, per_level in ((1, 2), (concurrency, 1)):
-            cfg = LoadConfig(concurrency=(c,), schemes=("ar",), requests_per_level=per_level, max_new_tokens=new_tokens)
-            requests, _ = run_level(lm, "ar", c, cases, cfg, costs=None)
-            pooled[c][0] += sum(len(r.output_ids) for r in requests)
-            pooled[c][1] += max(r.finish_s for r in requests) - min(r.arrival_s for r in requests)
-            speeds[c] += [(len(r.output_ids) - 1) / (r.deliveries[-1][0] - r.deliveries[0][0])
-                          for r in requests if len(r.output_ids) > 1 and r.deliveries[-1][0] > r.deliveries[0][0]]
-    aggregate = {c: tokens / seconds for c, (tokens, seconds) in pooled.items()}
-    per_user = {c: statistics.median(v) for c, v in speeds.items()}
-    return aggregate[concurrency] / aggregate[1], {
-        "aggregate_tok_s": {str(c): v for c, v in aggregate.items()}, "per_user_tok_s": {str(c): v for c, v in per_user.items()},
-        "tokens": {str(c): v[0] for c, v in pooled.items()}, "per_user_ratio": per_user[concurrency] / per_user[1],
-        "scheme": "ar", "concurrency": concurrency, "rounds": rounds, "max_new_tokens": new_tokens}
+
+def _ngram_draft_share(lm: LoadedModel) -> tuple[float, dict]:
+    """Share of target forwards that verify at least one draft when the cost-aware n-gram drafter (k = 4)
+    prices every match with the committed cost profile and drafts only where it promises to beat a plain
+    step, on free text (two chat and two QA prompts). A count: the profile is committed, not measured."""
+    r = _pooled_spec(lm, (*CHAT_PROMPTS, *suite_prompts("qa", 2)), drafter="ngram", k=4)
+    return r["drafting_steps"] / r["forwards"], {key: r[key] for key in (
+        "drafting_steps", "forwards", "drafted", "accepted", "acceptance_rate", "tau")} | {"drafter": "ngram", "k": 4}
 
 
 # --- trained drafters (lesson 13): every drafter whose weights ship, so a newly shipped one joins in ---
@@ -508,9 +509,6 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("spec_greedy_identity", {"zh": "贪心投机解码与 AR 输出逐 token 一致的比例（6 个提示、两种草稿器）",
                                         "en": "Share of greedy spec runs whose output equals AR (6 prompts, two drafters)"},
                "fraction", _identity, reads=SUITE),
-    Experiment("forward_cost_ratio_16", {"zh": "一次 16-token 前向与 1-token 前向的耗时比（batch 1）",
-                                         "en": "Time of a 16-token forward / a 1-token forward (batch 1)"},
-               "x", lambda lm: _forward_ratio(lm, 16)),
     Experiment("batch_verify_ratio_b8_k4", {"zh": "batch 8 时，每行 5 个 token 的前向与每行 1 个 token 的前向耗时比",
                                             "en": "At batch 8: time of a 5-tokens-per-row forward / a 1-token-per-row forward"},
                "x", lambda lm: _forward_ratio(lm, 5, batch=8)),
@@ -538,9 +536,12 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("sampling_acceptance_onehot_top", {"zh": "确定性草稿（one-hot q，押目标最可能的 token）经引擎 verify_sampled 在温度 1.0 下的接受率",
                                                   "en": "Acceptance rate of a deterministic draft (one-hot q on the target's favourite token) through the engine's verify_sampled at temperature 1.0"},
                "fraction", _onehot_acceptance),
-    Experiment("serving_batching_gain_c8", {"zh": "逐 token 服务（ar，闭环）在 8 个请求同时在途时的总吞吐，相对 1 个请求时的倍数",
-                                            "en": "Aggregate tokens/s of one-token-per-step serving (ar, closed loop) at 8 requests in flight over 1"},
-               "x", _batching_gain, reads=SUITE),
+    Experiment("int4_token_agreement", {"zh": "int4 副本上的贪心 AR 与 fp32 AR 在相同位置写出相同 token 的比例（64 个新 token，一个故事、两条闲聊、两条问答提示）",
+                                        "en": "Share of fp32 AR's greedy tokens that AR on the int4 copy writes at the same position (64 new tokens, a story, two chat and two QA prompts)"},
+               "fraction", _int4_agreement, reads=SUITE),
+    Experiment("ngram_draft_share_free", {"zh": "自由文本上按代价决策的 n-gram 草稿器（k=4）实际起草的目标前向所占比例（两条闲聊、两条问答提示）",
+                                          "en": "Share of target forwards that verify a draft when the cost-aware n-gram drafter (k=4) runs on free text (two chat and two QA prompts)"},
+               "fraction", _ngram_draft_share, reads=COUNTED),
     Experiment("trained_offline_s1_suite", {"zh": "训练过的 eagle 草稿器在测试集提示（chat、qa、story）上的离线第 1 位存活率 s_1（同时给出训练模板留出提示上的数值，以及每个随附的训练草稿器）",
                                             "en": "Offline first-position survival s_1 of the trained eagle drafter on suite prompts (chat, qa, story), beside held-out training-template prompts, for every shipped trained drafter"},
                "fraction", _offline_survival, weights=True, reads=SUITE),
