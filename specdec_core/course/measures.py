@@ -79,7 +79,7 @@ SOURCES: dict[str, Source] = {
     "suite": Source("benchmarks/results-suite-cpu.json", "§1"),
     "sweep": Source("benchmarks/sweep-k-cpu.json", "§2"),
     "trained": Source("benchmarks/trained-draft-free-text-cpu.json", "§7a"),
-    "trained-k": Source("benchmarks/trained-sweep-k-cpu.json", "§7b′"),
+    "trained-k": Source("benchmarks/retrained-sweep-k-cpu.json", "§18c"),  # the shipped weights' k sweep
     "block": Source("benchmarks/block-tau-cpu.json", "§8a"),
     "block-t1": Source("benchmarks/block-tau-t1-cpu.json", "§8a"),
     "calibration": Source("benchmarks/block-calibration-cpu.json", "§8b", offline=True),
@@ -158,7 +158,7 @@ def _cost() -> dict[str, Measure]:
 
 
 def _suite_sweep_trained() -> dict[str, Measure]:
-    """§1 the whole suite, §2 the k sweep, §7a and §7b′ the template-trained drafters."""
+    """§1 the whole suite, §2 the k sweep, §7a the template-trained drafters, §18c the shipped ones' k sweep."""
     m = {
         "suite.copy.speedup": Measure("suite", ("by_category", "copy", "spec:ngram", "speedup_vs_ar"), "{:.2f}×"),
         "suite.early_exit.acceptance": Measure("suite", _mode("spec:early-exit", "acceptance_rate")),
@@ -174,7 +174,7 @@ def _suite_sweep_trained() -> dict[str, Measure]:
     for drafter in ("draft", "heads", "eagle"):  # §7a: 18 free-text prompts, k = 4, two repeats
         m[f"trained.{drafter}.speedup"] = Measure("trained", _mode(f"spec:{drafter}", "speedup_vs_ar"), "{:.2f}×")
         m[f"trained.{drafter}.tau"] = Measure("trained", _mode(f"spec:{drafter}", "mean_accepted_length"))
-        for k in (1, 2, 3, 4):  # §7b′: the k sweep on the quick suite
+        for k in (1, 2, 3, 4):  # §18c: the shipped weights' k sweep on the quick suite
             m[f"trained-k.{drafter}.k{k}"] = Measure("trained-k", _mode(f"spec:{drafter}@k={k},t=0", "speedup_vs_ar"),
                                                      "{:.2f}×")
     return m
