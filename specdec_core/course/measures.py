@@ -354,6 +354,17 @@ def _baseline() -> dict[str, Measure]:
     m["baseline.eagle.free.tau"] = Measure("baseline", ("by_category",), derive=lambda d: sum(
         d["by_category"][c][_at_k(d, "eagle")]["mean_accepted_length"] for c in FREE_TEXT) / len(FREE_TEXT))
     m["baseline.eagle.free.s1"] = Measure("baseline", ("results",), "{:.2f}", derive=lambda d: _free_s1(d, "eagle"))
+    # eagle's dynamic tree at its k beside its chain, over the whole suite
+    m["baseline.eagle.tau"] = Measure("baseline", ("summary",), derive=lambda d: d["summary"][_at_k(d, "eagle")]["mean_accepted_length"])
+
+    def tree(d: dict) -> dict:
+        return d["summary"][_at_k(d, "eagle") + "@tree=dynamic"]
+
+    m["baseline.eagle.tree.speedup"] = Measure("baseline", ("summary",), "{:.2f}×", derive=lambda d: tree(d)["speedup_vs_ar"])
+    m["baseline.eagle.tree.tau"] = Measure("baseline", ("summary",), derive=lambda d: tree(d)["mean_accepted_length"])
+    # the same eagle on the Intel Xeon of §16b, whose one-token step was slow (the lesson's "before")
+    m["honest.xeon.eagle.speedup"] = Measure("retrained", ("summary",), "{:.2f}×",
+                                             derive=lambda d: d["summary"][_at_k(d, "eagle")]["speedup_vs_ar"])
     return m
 
 
