@@ -86,7 +86,6 @@ SOURCES: dict[str, Source] = {
     "load-block": Source("benchmarks/load-block-cpu.json", "§8c"),
     "cards": Source(WEIGHTS, "§7", offline=True),
     "quant": Source("benchmarks/quant-kernels-cpu.json", "§9b", date="2026-12-03"),
-    "quant-suite": Source("benchmarks/quant-suite-repeats-cpu.json", "§9e"),  # medians of 3 repeats
     "quant-suite-once": Source("benchmarks/quant-suite-cpu.json", "§9c"),  # one run each; the only one with the int8 draft
     "gap": Source("benchmarks/acceptance-gap-cpu.json", "§10", offline=True),  # offline vs the loop, on suite prompts
     "curve": Source("benchmarks/scaling-curve-cpu.json", "§14", offline=True),  # train-curve: s_1 against data
