@@ -249,11 +249,11 @@ def test_recomputed_flags_read_the_raw_ratios_of_the_same_machine(fake_source, m
 
 
 def test_which_shipped_figures_carry_the_guard_and_which_would_be_refused():
-    """Explicit: the re-measurement (§17b, §18) carries `flags`, and only the legacy table's profile raised
+    """Explicit: the re-measurement (§17b, §18b, §18c) carries `flags`, and only the legacy table's profile raised
     one (r(2) just below the floor on the EPYC it was tuned on); the older files predate the guard, and its
     checks redone from their raw data flag exactly the Intel Xeon's (§16, r(k) 0.60-0.72) and that legacy
     profile. Re-pointing a measure at another file changes these lists."""
     assert {src: measures.guard_state(src) for src in measures.SOURCES if measures.guard_state(src) != "predates"} == {
-        "baseline": "clean", "profile-measured": "clean", "profile-legacy": "flagged"}
+        "baseline": "clean", "trained-k": "clean", "profile-measured": "clean", "profile-legacy": "flagged"}
     assert {src for src in measures.SOURCES if measures.recomputed_flags(src)} == {
         "retrained", "retrained-fresh", "trees-retrained", "retrained-block", "xeon-profile", "profile-legacy"}
