@@ -354,7 +354,8 @@ def _baseline() -> dict[str, Measure]:
         d["by_category"][c][_at_k(d, "eagle")]["mean_accepted_length"] for c in FREE_TEXT) / len(FREE_TEXT))
     m["baseline.eagle.free.s1"] = Measure("baseline", ("results",), "{:.2f}", derive=lambda d: _free_s1(d, "eagle"))
     # eagle's dynamic tree at its k beside its chain, over the whole suite
-    m["baseline.eagle.tau"] = Measure("baseline", ("summary",), derive=lambda d: d["summary"][_at_k(d, "eagle")]["mean_accepted_length"])
+    m["baseline.eagle.tau"] = Measure("baseline", ("summary",),
+                                      derive=lambda d: d["summary"][_at_k(d, "eagle")]["mean_accepted_length"])
 
     def tree(d: dict) -> dict:
         return d["summary"][_at_k(d, "eagle") + "@tree=dynamic"]
