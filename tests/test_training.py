@@ -84,6 +84,26 @@ def test_sources_are_deterministic_streams_with_cursors():
     assert sources.plant_bug("if a == b:\n    return True") == "if a != b:\n    return True"
 
 
+def test_the_code_pool_is_parsed_once_and_kept_per_installed_versions(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(sources, "CODE_PACKAGES", (("idna", "idna"),))  # one small package: parsed in a moment
+    sources.code_functions.cache_clear()
+    try:
+        parsed = sources.code_functions()
+        [kept] = (tmp_path / "code-functions").glob("*.json")
+        sources.code_functions.cache_clear()
+        monkeypatch.setattr(sources, "_extract_functions", lambda installed: pytest.fail("parsed again"))
+        assert sources.code_functions() == parsed and len(parsed) > 5  # read back, the same pool
+        kept.write_text("{damaged", encoding="utf-8")
+        sources.code_functions.cache_clear()
+        monkeypatch.undo()
+        monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+        monkeypatch.setattr(sources, "CODE_PACKAGES", (("idna", "idna"),))
+        assert sources.code_functions() == parsed  # a damaged file is parsed again
+    finally:
+        sources.code_functions.cache_clear()  # the next test sees the real packages
+
+
 def test_clean_request_keeps_the_message_and_drops_role_talk():
     assert sources.clean_request('Sure! Here is a message:\n\n"How do I bake bread without yeast?"') == \
         "How do I bake bread without yeast?"
