@@ -353,6 +353,8 @@ def _baseline() -> dict[str, Measure]:
     m["baseline.eagle.free.tau"] = Measure("baseline", ("by_category",), derive=lambda d: sum(
         d["by_category"][c][_at_k(d, "eagle")]["mean_accepted_length"] for c in FREE_TEXT) / len(FREE_TEXT))
     m["baseline.eagle.free.s1"] = Measure("baseline", ("results",), "{:.2f}", derive=lambda d: _free_s1(d, "eagle"))
+    m["baseline.eagle.s1"] = Measure("baseline", ("summary",), "{:.2f}",
+                                     derive=lambda d: d["summary"][_at_k(d, "eagle")]["acceptance_per_pos"][0])
     # eagle's dynamic tree at its k beside its chain, over the whole suite
     m["baseline.eagle.tau"] = Measure("baseline", ("summary",),
                                       derive=lambda d: d["summary"][_at_k(d, "eagle")]["mean_accepted_length"])
