@@ -84,7 +84,7 @@ SOURCES: dict[str, Source] = {
     "block-t1": Source("benchmarks/block-tau-t1-cpu.json", "§8a"),
     "calibration": Source("benchmarks/block-calibration-cpu.json", "§8b", offline=True),
     "load-block": Source("benchmarks/load-block-cpu.json", "§8c"),
-    "cards": Source(WEIGHTS, "§7", offline=True),
+    "cards": Source(WEIGHTS, "§11", offline=True),  # the shipped (retrained) weights' cards: §11, sitting 4
     "quant": Source("benchmarks/quant-kernels-cpu.json", "§9b", date="2026-12-03"),
     "quant-suite-once": Source("benchmarks/quant-suite-cpu.json", "§9c"),  # one run each; the only one with the int8 draft
     "gap": Source("benchmarks/acceptance-gap-cpu.json", "§10", offline=True),  # offline vs the loop, on suite prompts
