@@ -87,6 +87,7 @@ def test_sources_are_deterministic_streams_with_cursors():
 def test_the_code_pool_is_parsed_once_and_kept_per_installed_versions(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.setattr(sources, "CODE_PACKAGES", (("idna", "idna"),))  # one small package: parsed in a moment
+    parse = sources._extract_functions
     sources.code_functions.cache_clear()
     try:
         parsed = sources.code_functions()
@@ -96,9 +97,7 @@ def test_the_code_pool_is_parsed_once_and_kept_per_installed_versions(monkeypatc
         assert sources.code_functions() == parsed and len(parsed) > 5  # read back, the same pool
         kept.write_text("{damaged", encoding="utf-8")
         sources.code_functions.cache_clear()
-        monkeypatch.undo()
-        monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-        monkeypatch.setattr(sources, "CODE_PACKAGES", (("idna", "idna"),))
+        monkeypatch.setattr(sources, "_extract_functions", parse)
         assert sources.code_functions() == parsed  # a damaged file is parsed again
     finally:
         sources.code_functions.cache_clear()  # the next test sees the real packages
