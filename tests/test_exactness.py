@@ -34,6 +34,9 @@ SPEC_CASES = [dict(drafter=d, k=k) for d in ("ngram", "sim", "early-exit") for k
     dict(drafter="early-exit", k=4, dynamic_k=0.6),
     dict(drafter="sim", k=4, dynamic_k=0.5, drafter_options={"hit_rate": 0.9}),
     dict(drafter="ngram", k=4, drafter_options={"ngram_min": 2, "ngram_max": 4}),
+    *(dict(drafter="suffix", k=k) for k in (1, 4, 8)),
+    dict(drafter="suffix", k=4, tree="dynamic"),
+    dict(drafter="suffix", k=8, drafter_options={"suffix_factor": 2.0, "suffix_min_prob": 0.0}),
 ]
 
 
@@ -130,7 +133,7 @@ def test_stop_string_ends_every_mode_at_the_same_token(smol):
     assert spec.token_ids == ar.token_ids
 
 
-@pytest.mark.parametrize("drafter", ["ngram", "early-exit", "sim"])
+@pytest.mark.parametrize("drafter", ["ngram", "suffix", "early-exit", "sim"])
 def test_spec_greedy_equals_ar_smollm2(smol, drafter):
     prompts = ["Repeat exactly: the cat sat on the mat, the dog sat on the log.", "What is the capital of France?"]
     for prompt in prompts:

@@ -23,10 +23,12 @@ from .ngram import NgramDrafter, NgramOptions
 from .quant import QuantOptions, quant_drafter
 from .sim import SimOptions, SimulatedDrafter
 from .small_model import DraftModelDrafter, EarlyExitOptions, early_exit_model
+from .suffix import SuffixDrafter, SuffixHistory, SuffixOptions
 from .vocab import ReducedVocab, module_vocab
 from .weights import drafter_module, rank_accuracy
 
-DRAFTERS = ("ngram", "ngram-fixed", "sim", "early-exit", "quant", "draft", "heads", "eagle", "block", "block-parallel", "mix")
+DRAFTERS = ("ngram", "ngram-fixed", "suffix", "sim", "early-exit", "quant", "draft", "heads", "eagle", "block", "block-parallel",
+            "mix")
 TRAINED = ("draft", "heads", "eagle", "block", "block-parallel")  # drafters with trained weights (`train-draft --kind`)
 # The model drafters `mix` weighs against n-gram lookup. The quantised target: with the trained heads in the
 # list too, mix chose heads on ~90% of free-text steps and ran at 0.8-1.0x ar, because a per-token c
@@ -36,9 +38,10 @@ MIX_MODELS = ("quant",)
 # The drafters that can draft each kind of tree (`--tree`); every drafter drafts a chain.
 TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"static": ("heads",),
                                              "dynamic": ("heads", "draft", "eagle", "early-exit", "quant", "block",
-                                                         "block-parallel")}
+                                                         "block-parallel", "suffix")}
 OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
-                            "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions}
+                            "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions,
+                            "suffix": SuffixOptions}
 OPTION_NAMES = tuple(sorted({f.name for cls in set(OPTIONS.values()) for f in fields(cls)}))
 
 
@@ -91,6 +94,9 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
     """A fresh drafter (with its own state) for one request under `config` (a GenerationConfig), with the
     measured `costs` the drafters of `costs_needed` weigh their proposals by."""
     options = drafter_options(name, config.drafter_options)
+    if name == "suffix":
+        # Its trees are its own (best first by recalled frequency, sized by its match), not a TreeSize.
+        return SuffixDrafter(options, tree=config.tree != "chain")
     tree = _tree_size(config, costs)
     if name in ("ngram", "ngram-fixed"):
         ratios = _verify_ratios(costs, name, config.k) if name == "ngram" else None
@@ -139,5 +145,5 @@ def _verify_ratios(costs: DraftCosts | None, name: str, k: int) -> dict[int, flo
 
 __all__ = ["DRAFTERS", "MIX_MODELS", "OPTIONS", "OPTION_NAMES", "TRAINED", "TREE_DRAFTERS", "BlockDrafter", "BlockNet", "Draft",
            "DraftModelDrafter", "DraftNet", "Drafter", "EagleDrafter", "EagleNet", "HeadsDrafter", "MedusaHeads",
-           "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "check_drafter",
-           "costs_needed", "drafter_options", "early_exit_model", "make_drafter", "module_vocab"]
+           "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "SuffixDrafter",
+           "SuffixHistory", "SuffixOptions", "check_drafter", "costs_needed", "drafter_options", "early_exit_model", "make_drafter", "module_vocab"]

@@ -1,0 +1,279 @@
+"""The recipe book: draft what followed the same words before, in this request or in earlier answers
+(SuffixDecoding, Oliaro et al. 2024, arXiv 2411.04975; production: Snowflake's arctic-inference, which
+vLLM's `suffix` method imports).
+
+The question every step asks: after the last m tokens of the context, what came next, and how often?
+
+The structure is a suffix tree over token sequences, cut at depth D: the node reached from the root by a
+string s stands for every position where s occurs, and its count is how many there are; its children are
+the tokens that followed those occurrences. Here the tree is never built. A node is kept as what defines
+it, the array of positions where s ends (what a suffix array stores as an interval), so
+
+    the root's child for token t   = every position holding t          one vectorised scan, O(L)
+    extending the match one token  = filtering those positions by the token before them   O(|node|)
+    a node's children and counts   = counting the tokens right after its positions         O(|node|)
+
+for L indexed tokens. Memory is the tokens themselves (4 bytes each), against O(L·D) nodes for a tree
+stored node by node, which at the history's 200k tokens would not fit a teaching machine in Python.
+
+Two indexes, as in the paper:
+- the request's own, over prompt + output so far. Emitted tokens join it at once (arctic-inference
+  likewise adds an active request's response to its tree as it grows), so a request copies from its own
+  earlier answer turns and from the prompt as n-gram lookup does, but sized and weighted by counts;
+- `SuffixHistory`, one index over the outputs of completed requests, shared by every request of a run like
+  serving's survival statistics, bounded in tokens (the oldest request evicted first). A request joins it
+  when it finishes (`SuffixHistory.add`), never while in flight and never from a warm-up.
+
+Speculation (the paper's §3.2): for each match length m = 1, 2, … (up to D, stopping at the first length
+that does not occur) take the node of the context's last m tokens and grow a proposal from it of at most
+min(k, ⌊m·factor + offset⌋) tokens, a longer match earning a longer draft:
+- chain: follow the most frequent child while the path's probability, the product of count(child) /
+  count(node), stays at or above `min_prob`;
+- tree: best first over all children by path probability, the same floor, the same number of nodes.
+A proposal's score is the sum of its nodes' path probabilities, its expected accepted length if the
+counts were the target's probabilities; the best score over both indexes and all m is proposed (a tie
+goes to the longer match, then to the request's own index).
+
+The drafts are chosen, not sampled: q is one-hot (`Draft.q` None), so sampled verification accepts a
+draft x with the target's p(x) and resamples from p with x removed (`sampling`, `trees/verify.py`):
+lossless at any temperature. The confidence of each draft is its conditional frequency, known from the
+counts before the token is chosen.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..drafting import Draft, Drafter
+from ..errors import SpecDecError
+from ..sampling import SamplingParams
+
+SEPARATOR = -1  # between indexed sequences: no match and no continuation crosses it
+
+
+@dataclass(frozen=True)
+class SuffixOptions:
+    """The recipe book's knobs (`suffix`), named as in the paper and arctic-inference."""
+
+    suffix_depth: int = 24  # D: the longest match looked for (arctic's max_tree_depth)
+    suffix_factor: float = 1.0  # a match of m tokens may propose up to m·factor + offset (max_spec_factor)
+    suffix_offset: float = 0.0  # (max_spec_offset)
+    suffix_min_prob: float = 0.1  # a proposal stops where its path probability falls below this (min_token_prob)
+    suffix_history: int = 200_000  # tokens the history keeps; the oldest request is evicted first
+
+    def validate(self, num_layers: int) -> None:
+        if self.suffix_depth < 1:
+            raise SpecDecError(f"suffix-depth must be >= 1 (got {self.suffix_depth})")
+        if self.suffix_factor < 0 or self.suffix_offset < 0:
+            raise SpecDecError("suffix-factor and suffix-offset must be >= 0")
+        if not 0 <= self.suffix_min_prob <= 1:
+            raise SpecDecError(f"suffix-min-prob must lie in [0, 1] (got {self.suffix_min_prob})")
+        if self.suffix_history < 0:
+            raise SpecDecError(f"suffix-history must be >= 0 tokens (got {self.suffix_history})")
+
+
+@dataclass
+class Proposal:
+    """One candidate draft and where it came from (what the inspector shows)."""
+
+    tokens: list[int]
+    parents: list[int] | None  # None: a chain
+    confidence: list[float]  # count(node) / count(its parent) of every drafted node
+    score: float  # the sum of the nodes' path probabilities
+    match: int  # m: how many context tokens the match covers
+    occurrences: int  # count of the matched node: how often those m tokens occur in the index
+    index: str  # "request" or "history"
+
+
+def _ends(tokens: np.ndarray, context: list[int], depth: int):
+    """The nodes along the context's tail, shortest match first: (m, positions just after each occurrence
+    of context[-m:]) for m = 1 … depth, stopping at the first m that does not occur. The context's own
+    tail, if indexed, is an occurrence like any other (with nothing after it)."""
+    ends = np.flatnonzero(tokens == context[-1]) + 1  # the root's child for the last token: O(L)
+    m = 1
+    while ends.size and m <= min(depth, len(context)):
+        yield m, ends
+        if m == len(context):
+            return
+        starts = ends - m - 1  # the token before each occurrence must be context[-m-1]
+        keep = starts >= 0
+        ends = ends[keep]
+        ends = ends[tokens[starts[keep]] == context[-m - 1]]  # O(|node|)
+        m += 1
+
+
+def _children(tokens: np.ndarray, ends: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """A node's children, most frequent first (ties: the smaller token id): (token, its positions' ends)."""
+    inside = ends[ends < tokens.size]
+    following = tokens[inside]
+    inside, following = inside[following != SEPARATOR], following[following != SEPARATOR]
+    if not following.size:
+        return []
+    values, counts = np.unique(following, return_counts=True)
+    order = np.lexsort((values, -counts))
+    return [(int(values[i]), inside[following == values[i]] + 1) for i in order]
+
+
+def _chain(tokens: np.ndarray, ends: np.ndarray, budget: int, min_prob: float) -> tuple[list[int], list[float], float]:
+    """Follow the most frequent child while the path probability stays >= min_prob: O(budget · |node|)."""
+    drafted, confidence, score, prob = [], [], 0.0, 1.0
+    for _ in range(budget):
+        children = _children(tokens, ends)
+        if not children:
+            break
+        token, child = children[0]
+        step = child.size / ends.size
+        if prob * step < min_prob:
+            break
+        prob *= step
+        drafted.append(token)
+        confidence.append(step)
+        score += prob
+        ends = child
+    return drafted, confidence, score
+
+
+def _tree(tokens: np.ndarray, ends: np.ndarray, budget: int, min_prob: float) -> tuple[list[int], list[int], list[float], float]:
+    """Best first by path probability, every child at or above min_prob a candidate, `budget` nodes.
+    Nodes come out parents first (a child is pushed only once its parent is taken)."""
+    drafted, parents, confidence, score = [], [], [], 0.0
+    frontier: list[tuple[float, int, int, int, float, np.ndarray]] = []  # (-prob, order, token, parent, step, ends)
+    order = 0
+
+    def push(parent: int, node_ends: np.ndarray, prob: float) -> None:
+        nonlocal order
+        for token, child in _children(tokens, node_ends):
+            step = child.size / node_ends.size
+            if prob * step < min_prob:
+                break  # children come most frequent first: the rest are rarer still
+            heapq.heappush(frontier, (-prob * step, order, token, parent, step, child))
+            order += 1
+
+    push(-1, ends, 1.0)
+    while frontier and len(drafted) < budget:
+        negative, _, token, parent, step, child = heapq.heappop(frontier)
+        drafted.append(token)
+        parents.append(parent)
+        confidence.append(step)
+        score += -negative
+        push(len(drafted) - 1, child, -negative)
+    return drafted, parents, confidence, score
+
+
+class SuffixIndex:
+    """Token sequences laid end to end with a separator between them: the implicit suffix tree."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._tokens: np.ndarray | None = np.empty(0, dtype=np.int64)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        if self._tokens is None:  # rebuilt lazily after a change: O(L)
+            pieces = [piece for part in self._parts for piece in (part, np.array([SEPARATOR]))]
+            self._tokens = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+        return self._tokens
+
+    def extend(self, tokens: list[int]) -> None:
+        """Append tokens to the last sequence (the request's own index grows by its emitted tokens)."""
+        if not self._parts:
+            self._parts.append(np.empty(0, dtype=np.int64))
+        self._parts[-1] = np.concatenate([self._parts[-1], np.asarray(tokens, dtype=np.int64)])
+        self._tokens = None
+
+    def propose(self, context: list[int], k: int, options: SuffixOptions, tree: bool, index: str) -> Proposal | None:
+        """The best proposal over every match length (see the module docstring), or None."""
+        best: Proposal | None = None
+        tokens = self.tokens
+        for m, ends in _ends(tokens, context, options.suffix_depth):
+            budget = min(k, math.floor(m * options.suffix_factor + options.suffix_offset))
+            if budget < 1:
+                continue
+            if tree:
+                drafted, parents, confidence, score = _tree(tokens, ends, budget, options.suffix_min_prob)
+            else:
+                (drafted, confidence, score), parents = _chain(tokens, ends, budget, options.suffix_min_prob), None
+            if drafted and (best is None or score >= best.score):  # >=: a tie goes to the longer match
+                best = Proposal(drafted, parents, confidence, score, m, int(ends.size), index)
+        return best
+
+
+class SuffixHistory(SuffixIndex):
+    """The outputs of completed requests, shared by all requests of a run; at most `max_tokens` tokens,
+    the oldest request evicted first. `bench --history run` keeps one for a whole run; `fresh` gives every
+    prompt an empty one."""
+
+    def __init__(self, max_tokens: int = SuffixOptions.suffix_history) -> None:
+        super().__init__()
+        self.max_tokens = max_tokens
+        self._sizes: deque[int] = deque()
+
+    def add(self, output: list[int]) -> None:
+        """A request finished: index its output (the prompt is not kept: it is the learner's, not the model's)."""
+        if not output or self.max_tokens == 0:
+            return
+        self._parts.append(np.asarray(output[-self.max_tokens:], dtype=np.int64))
+        self._sizes.append(self._parts[-1].size)
+        while sum(self._sizes) > self.max_tokens:  # evict the oldest whole request
+            self._parts.pop(0)
+            self._sizes.popleft()
+        self._tokens = None
+
+    def clear(self) -> None:
+        self._parts.clear()
+        self._sizes.clear()
+        self._tokens = None
+
+    @property
+    def size(self) -> int:
+        """Tokens held."""
+        return sum(self._sizes)
+
+    def nbytes(self) -> int:
+        return int(self.tokens.nbytes)
+
+
+class SuffixDrafter(Drafter):
+    """Drafts from the request's own index and the shared history, whichever proposal scores higher."""
+
+    name = "suffix"
+
+    def __init__(self, options: SuffixOptions | None = None, history: SuffixHistory | None = None,
+                 tree: bool = False) -> None:
+        self.options = options or SuffixOptions()
+        self.history = history if history is not None else SuffixHistory(self.options.suffix_history)
+        self.tree = tree
+        self.reset([])
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.own = SuffixIndex()
+        self.own.extend(prompt_ids)
+        self.output: list[int] = []
+        self.last: Proposal | None = None  # the pending proposal, for the inspector
+
+    def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
+        candidates = [self.own.propose(context, k, self.options, self.tree, "request"),
+                      self.history.propose(context, k, self.options, self.tree, "history")]
+        found = [c for c in candidates if c is not None]
+        # the highest score; a tie goes to the longer match, then to the request's own index (listed first)
+        self.last = max(found, key=lambda c: (c.score, c.match), default=None)
+        if self.last is None:
+            return Draft([], None)  # nothing recalled: a plain step
+        return Draft(self.last.tokens, None, confidence=self.last.confidence, parents=self.last.parents)
+
+    def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor],
+                verified: int | None = None) -> None:
+        self.own.extend(emitted)  # in-flight output joins the request's own index at once
+        self.output += emitted
+
+    def finish(self) -> None:
+        """The request is done: its output joins the shared history."""
+        self.history.add(self.output)
+
+    def memory_bytes(self) -> int:
+        return int(self.own.tokens.nbytes) + self.history.nbytes()

@@ -1,0 +1,145 @@
+"""The recipe book (drafters/suffix.py): its implicit suffix tree against one built node by node, its
+proposals, the history's bound, and exactness in the decode loop."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from specdec_core.drafters import suffix
+from specdec_core.drafters.suffix import SuffixDrafter, SuffixHistory, SuffixIndex, SuffixOptions
+
+
+def explicit_tree(sequences: list[list[int]], depth: int) -> dict:
+    """The depth-limited suffix tree stored node by node: string -> count of its occurrences."""
+    counts: dict[tuple[int, ...], int] = {}
+    for seq in sequences:
+        for start in range(len(seq)):
+            for end in range(start + 1, min(len(seq), start + depth) + 1):
+                key = tuple(seq[start:end])
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def explicit_chain(counts: dict, context: list[int], k: int, options: SuffixOptions) -> tuple[list[int], float, int]:
+    """The paper's path speculation on the explicit tree: best score over match lengths (tie: longer)."""
+    best: tuple[list[int], float, int] = ([], -1.0, 0)
+    for m in range(1, min(options.suffix_depth, len(context)) + 1):
+        node = tuple(context[-m:])
+        if node not in counts:
+            break
+        budget = min(k, int(m * options.suffix_factor + options.suffix_offset))
+        drafted, prob, score = [], 1.0, 0.0
+        while len(drafted) < budget:
+            here = node + tuple(drafted)
+            children = [(counts[here + (t,)], -t) for t in range(10) if here + (t,) in counts]
+            if not children:
+                break
+            count, negative = max(children)
+            if prob * count / counts[here] < options.suffix_min_prob:
+                break
+            prob *= count / counts[here]
+            drafted.append(-negative)
+            score += prob
+        if drafted and score >= best[1]:
+            best = (drafted, score, m)
+    return best
+
+
+def random_corpus(rng: random.Random) -> list[list[int]]:
+    # a small alphabet and repeated phrases, so that long matches and branching both occur
+    phrases = [[rng.randrange(10) for _ in range(rng.randrange(2, 6))] for _ in range(4)]
+    return [[t for _ in range(rng.randrange(3, 8)) for t in rng.choice(phrases) + [rng.randrange(10)]]
+            for _ in range(rng.randrange(1, 4))]
+
+
+def index_of(sequences: list[list[int]]) -> SuffixIndex:
+    index = SuffixHistory(max_tokens=10_000)
+    for seq in sequences:
+        index.add(seq)
+    return index
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_implicit_tree_counts_what_an_explicit_one_stores(seed):
+    rng = random.Random(seed)
+    sequences = random_corpus(rng)
+    depth = rng.randrange(2, 7)
+    counts = explicit_tree(sequences, depth)
+    tokens = index_of(sequences).tokens
+    context = rng.choice(sequences)[: rng.randrange(1, 12)] or [0]
+    for m, ends in suffix._ends(tokens, context, depth):
+        assert ends.size == counts[tuple(context[-m:])]
+        if m < depth:  # the explicit tree stops at its depth; the implicit one reads on
+            assert {t: c.size for t, c in suffix._children(tokens, ends)} == {
+                t: counts[tuple(context[-m:]) + (t,)] for t in range(10) if tuple(context[-m:]) + (t,) in counts}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_chain_proposals_follow_the_papers_rule(seed):
+    rng = random.Random(seed)
+    sequences = random_corpus(rng)
+    options = SuffixOptions(suffix_depth=6, suffix_factor=rng.choice([0.5, 1.0, 2.0]),
+                            suffix_min_prob=rng.choice([0.0, 0.1, 0.3]))
+    context = rng.choice(sequences)[: rng.randrange(2, 14)]
+    got = index_of(sequences).propose(context, 4, options, tree=False, index="history")
+    drafted, score, m = explicit_chain(explicit_tree(sequences, 64), context, 4, options)
+    assert (got.tokens, got.match) == (drafted, m) if got else drafted == []
+    if got:
+        assert got.score == pytest.approx(score)
+
+
+def test_a_match_that_forgets_the_token_before_is_caught():
+    """Negative check: an _ends that does not filter by the preceding token counts too much."""
+    sequences = [[1, 2, 3, 1, 2, 4, 5, 2, 3]]
+    counts = explicit_tree(sequences, 4)
+    tokens = index_of(sequences).tokens
+
+    def careless(tokens, context, depth):
+        ends = np.flatnonzero(tokens == context[-1]) + 1
+        for m in range(1, depth + 1):
+            yield m, ends  # never narrowed
+
+    mismatched = [m for m, ends in careless(tokens, [1, 2], 2) if ends.size != counts.get(tuple([1, 2][-m:]), 0)]
+    assert mismatched == [2]
+
+
+def test_trees_come_parents_first_and_hold_the_best_paths():
+    index = index_of([[1, 2, 3], [1, 2, 4], [1, 2, 3], [1, 5, 6]])
+    got = index.propose([9, 1], 3, SuffixOptions(suffix_factor=3.0, suffix_min_prob=0.1), tree=True, index="history")
+    assert got.tokens[0] == 2 and got.parents[0] == -1  # 1 -> 2 in 3 of 4 occurrences
+    assert all(p < i for i, p in enumerate(got.parents))
+    assert set(zip(got.tokens, got.parents)) >= {(2, -1), (5, -1)}  # the runner-up child of the root's node
+    assert got.score == pytest.approx(sum(_path_probs(got)))
+
+
+def _path_probs(p):
+    probs = []
+    for conf, parent in zip(p.confidence, p.parents):
+        probs.append(conf * (probs[parent] if parent >= 0 else 1.0))
+    return probs
+
+
+def test_the_history_keeps_its_bound_and_evicts_the_oldest_request():
+    history = SuffixHistory(max_tokens=10)
+    history.add([1, 2, 3, 4])
+    history.add([5, 6, 7, 8])
+    history.add([9, 9, 9])
+    assert history.size == 7 and 1 not in history.tokens.tolist()
+    history.add(list(range(20)))  # longer than the bound: only its last 10 tokens, alone
+    assert history.size == 10 and history.tokens.tolist()[:10] == list(range(10, 20))
+
+
+def test_a_drafter_recalls_an_earlier_answer_only_once_it_finished():
+    history = SuffixHistory()
+    first = SuffixDrafter(SuffixOptions(suffix_factor=4.0), history)
+    first.reset([7, 7])
+    first.observe(0, [1, 2, 3, 4, 5], {})
+    second = SuffixDrafter(SuffixOptions(suffix_factor=4.0), history)
+    second.reset([8, 1, 2])
+    params, generator = None, None
+    assert second.propose([8, 1, 2], 3, params, generator).tokens == []  # not finished: not in the history
+    first.finish()
+    draft = second.propose([8, 1, 2], 3, params, generator)
+    assert draft.tokens == [3, 4, 5] and draft.q is None and second.last.index == "history"
