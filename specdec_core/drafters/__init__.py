@@ -146,4 +146,5 @@ def _verify_ratios(costs: DraftCosts | None, name: str, k: int) -> dict[int, flo
 __all__ = ["DRAFTERS", "MIX_MODELS", "OPTIONS", "OPTION_NAMES", "TRAINED", "TREE_DRAFTERS", "BlockDrafter", "BlockNet", "Draft",
            "DraftModelDrafter", "DraftNet", "Drafter", "EagleDrafter", "EagleNet", "HeadsDrafter", "MedusaHeads",
            "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "SuffixDrafter",
-           "SuffixHistory", "SuffixOptions", "check_drafter", "costs_needed", "drafter_options", "early_exit_model", "make_drafter", "module_vocab"]
+           "SuffixHistory", "SuffixOptions", "check_drafter", "costs_needed", "drafter_options", "early_exit_model",
+           "make_drafter", "module_vocab"]
