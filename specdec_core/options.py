@@ -85,7 +85,7 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
                    help="stop drafting when the draft's top probability falls below T")
     p.add_argument("--tree", default="chain",
                    help="spec: verify the drafts as a chain (default), a static tree (heads: Medusa's shape) or a dynamic "
-                        "tree of the drafter's best guesses (heads, eagle, draft, early-exit, quant, block, block-parallel)")
+                        "tree of the drafter's best guesses (heads, eagle, draft, early-exit, quant, block, block-parallel, suffix)")
     p.add_argument("--tree-nodes", type=int, default=0, metavar="N",
                    help="a tree's size, drafts per verify forward (default 0: each step, the size that pays on this machine's measured costs)")
     p.add_argument("--window", type=int, default=16, help="nar/jacobi window (default 16)")
@@ -96,6 +96,15 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
     p.add_argument("--quant-bits", type=int, default=4, help="quant drafter: 4 (int4, default) or 8 (int8)")
     p.add_argument("--quant-layers", type=int, default=None, metavar="L",
                    help="quant drafter: only the first L layers (a quantised early exit; default all)")
+    p.add_argument("--suffix-depth", type=int, default=24, metavar="D",
+                   help="suffix drafter: the longest match looked for in its suffix trees (default 24)")
+    p.add_argument("--suffix-factor", type=float, default=1.0,
+                   help="suffix drafter: a match of m tokens may draft m * factor + offset tokens (default 1.0)")
+    p.add_argument("--suffix-offset", type=float, default=0.0, help="suffix drafter: see --suffix-factor (default 0)")
+    p.add_argument("--suffix-min-prob", type=float, default=0.1,
+                   help="suffix drafter: stop a draft where its path probability falls below this (default 0.1)")
+    p.add_argument("--suffix-history", type=int, default=200_000, metavar="TOKENS",
+                   help="suffix drafter: tokens of earlier answers it keeps, oldest evicted first (default 200000)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=csv_list(float) if sweep else float, default=[0.0] if sweep else 0.0,
                    help="0 = greedy" + (" (comma list to sweep)" if sweep else ""))
