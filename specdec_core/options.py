@@ -85,7 +85,8 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
                    help="stop drafting when the draft's top probability falls below T")
     p.add_argument("--tree", default="chain",
                    help="spec: verify the drafts as a chain (default), a static tree (heads: Medusa's shape) or a dynamic "
-                        "tree of the drafter's best guesses (heads, eagle, draft, early-exit, quant, block, block-parallel, suffix)")
+                        "tree of the drafter's best guesses (heads, eagle, draft, early-exit, quant, block, block-parallel, "
+                        "suffix)")
     p.add_argument("--tree-nodes", type=int, default=0, metavar="N",
                    help="a tree's size, drafts per verify forward (default 0: each step, the size that pays on this machine's measured costs)")
     p.add_argument("--window", type=int, default=16, help="nar/jacobi window (default 16)")
