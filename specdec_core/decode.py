@@ -469,6 +469,8 @@ def run(lm: LoadedModel, prompt: str | list[int] | list[dict], state: DecodeStat
         if progress:
             progress(len(state.output_ids))
     wall = time.perf_counter() - start
+    if state.drafter:
+        state.drafter.finish()
     return result_of(lm, prompt, config, state, steps, wall, Target.cache_bytes(state.cache))
 
 

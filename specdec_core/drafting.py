@@ -76,6 +76,10 @@ class Drafter(ABC):
         hidden states of the verification forward (layer -> (verified+1, H)), and how many of the
         proposed drafts were verified (None: all; a serving scheduler may verify fewer)."""
 
+    def finish(self) -> None:
+        """Told once, when the request has stopped (after its last `observe`). A drafter that learns
+        across requests (suffix: its shared history) takes the finished output here."""
+
     def memory_bytes(self) -> int:
         """Bytes this drafter holds beyond the target (its own weights and caches)."""
         return 0

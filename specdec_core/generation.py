@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from .costmodel import DraftCosts, draft_costs
 from .decode import DecodeState, GenerationConfig, GenerationResult, decode_events, new_state, run
-from .drafters import check_drafter, costs_needed, make_drafter
+from .drafters import SuffixHistory, check_drafter, costs_needed, make_drafter
 from .drafting import Drafter
 from .errors import SpecDecError
 from .models import LoadedModel
@@ -49,25 +49,27 @@ def drafter_costs(lm: LoadedModel, name: str, sized_tree: bool = False) -> Draft
     return draft_costs(lm, {other: drafter_factory(lm, other) for other in needed})
 
 
-def build_drafter(lm: LoadedModel, config: GenerationConfig, costs: DraftCosts | None = None) -> Drafter | None:
+def build_drafter(lm: LoadedModel, config: GenerationConfig, costs: DraftCosts | None = None,
+                  history: SuffixHistory | None = None) -> Drafter | None:
     """The request's drafter (None unless the mode is spec), with the costs it needs: `costs` when given
-    (e.g. a recorded profile's, `costmodel.profile_costs`), else measured on this machine."""
+    (e.g. a recorded profile's, `costmodel.profile_costs`), else measured on this machine; `history`:
+    the suffix drafter's shared history of earlier outputs (None: an empty one of its own)."""
     if config.mode != "spec":
         return None
     if costs is None:
         costs = drafter_costs(lm, config.drafter, config.sized_tree)
-    return make_drafter(config.drafter, lm, config, costs)
+    return make_drafter(config.drafter, lm, config, costs, history)
 
 
 def prepare(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False,
-            costs: DraftCosts | None = None) -> DecodeState:
+            costs: DraftCosts | None = None, history: SuffixHistory | None = None) -> DecodeState:
     """Tokenise (chat template unless raw; token ids pass through), validate, and build the state (its
-    drafter weighs `costs` when given, see build_drafter)."""
+    drafter weighs `costs` and recalls `history` when given, see build_drafter)."""
     prompt_ids = list(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else lm.encode(prompt, raw)
     if not prompt_ids:
         raise SpecDecError("the prompt is empty")
     check(config, lm, len(prompt_ids))
-    return new_state(lm, prompt_ids, config, build_drafter(lm, config, costs))
+    return new_state(lm, prompt_ids, config, build_drafter(lm, config, costs, history))
 
 
 def stream(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False) -> Iterator[StepEvent]:
@@ -77,11 +79,12 @@ def stream(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool 
 
 
 def generate(lm: LoadedModel, prompt: Prompt, config: GenerationConfig | None = None, raw: bool = False,
-             progress=None, costs: DraftCosts | None = None) -> GenerationResult:
+             progress=None, costs: DraftCosts | None = None, history: SuffixHistory | None = None) -> GenerationResult:
     """Decode one prompt; return text, token ids, the full trace and its metrics.
 
     `progress`, if given, is called with the number of new tokens after each step; `costs`, if given, is
-    what a cost-aware drafter weighs instead of this machine's costs measured now.
+    what a cost-aware drafter weighs instead of this machine's costs measured now; `history`, if given,
+    is the suffix drafter's shared history: it recalls earlier outputs and this one joins it at the end.
     """
     config = config or GenerationConfig()
-    return run(lm, prompt, prepare(lm, prompt, config, raw, costs), config, progress)
+    return run(lm, prompt, prepare(lm, prompt, config, raw, costs, history), config, progress)

@@ -18,7 +18,8 @@ from specdec_core import batch as batch_module
 from specdec_core.batch import RaggedCache, batch_forward
 from specdec_core.serving import Candidate, CostTable, ServingEngine, make_scheduler, prefix_survival
 from specdec_core.serving import engine as engine_module
-from specdec_core.bench.loadtest import level_metrics, matched_throughput, replay, workload
+from specdec_core.bench.loadtest import level_metrics, matched_throughput, workload
+from specdec_core.bench.replay import replay
 from specdec_core.serving.server import BatchServer
 from conftest import UniformDrafter
 from test_exactness import random_prompts  # ragged lengths, half of them repeating themselves
@@ -429,7 +430,8 @@ def test_metrics_add_up(tiny):
 def test_steady_state_cuts_by_arrival_so_every_scheme_keeps_the_same_prompts():
     """Closed loop, C = 2, 8 requests: the steady ones are arrivals 2..5 whatever their speeds. A cut by
     completion would drop each scheme's slowest prompts instead (here: the 'slow' ones), flattering its median."""
-    from specdec_core.bench.loadtest import _SimRequest, speed_metrics, steady_state
+    from specdec_core.bench.loadtest import speed_metrics, steady_state
+    from specdec_core.bench.replay import _SimRequest
 
     def run(slow_label: str) -> list:
         requests, free, now = [], [0.0, 0.0], 0.0

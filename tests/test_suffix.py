@@ -143,3 +143,102 @@ def test_a_drafter_recalls_an_earlier_answer_only_once_it_finished():
     first.finish()
     draft = second.propose([8, 1, 2], 3, params, generator)
     assert draft.tokens == [3, 4, 5] and draft.q is None and second.last.index == "history"
+
+
+# --- the history's lifetime: generate, the serving engine, bench ------------------------------------------------
+def _spec(**overrides):
+    from specdec_core.decode import GenerationConfig
+
+    return GenerationConfig(mode="spec", drafter="suffix", k=4, max_new_tokens=24, seed=0,
+                            drafter_options={"suffix_factor": 4.0}, **overrides)
+
+
+def test_generate_feeds_a_shared_history_and_recalls_it_on_the_next_request(tiny):
+    from specdec_core.generation import generate
+
+    history = SuffixHistory()
+    first = generate(tiny, "Say the alphabet.", _spec(), history=history)
+    assert history.tokens.tolist()[:-1] == first.token_ids  # the finished output joined it (then a separator)
+    second = generate(tiny, "Say the alphabet.", _spec(), history=history)
+    assert second.token_ids == first.token_ids  # greedy: what the target says, whatever was recalled
+    # the second request drafts its whole answer from the first's: fewer target forwards, all drafts accepted
+    assert second.metrics["target_forwards"] < first.metrics["target_forwards"]
+    assert second.metrics["num_accepted_tokens"] > first.metrics["num_accepted_tokens"]
+    alone = generate(tiny, "Say the alphabet.", _spec())  # no history given: nothing carried between requests
+    assert alone.metrics["target_forwards"] == first.metrics["target_forwards"]
+
+
+def test_a_shared_history_counts_once_not_in_every_requests_memory():
+    shared = SuffixHistory()
+    shared.add(list(range(1000)))
+    borrowed, owned = SuffixDrafter(history=shared), SuffixDrafter()
+    owned.history.add(list(range(1000)))
+    for drafter in (borrowed, owned):
+        drafter.reset([1, 2, 3])
+    assert owned.memory_bytes() - borrowed.memory_bytes() == shared.nbytes() > 0
+
+
+def test_the_serving_engine_feeds_one_history_with_every_finished_request(tiny):
+    from specdec_core.serving.engine import ServingEngine
+    from specdec_core.serving.schedulers import make_scheduler
+
+    history = SuffixHistory()
+    engine = ServingEngine(tiny, make_scheduler("fixed"), history=history)
+    for prompt in ("Say the alphabet.", "Count to ten.", "Say the alphabet."):
+        engine.submit([{"role": "user", "content": prompt}], _spec())
+    requests = engine.run()
+    assert not any(r.error for r in requests)
+    assert history.size == sum(len(r.output_ids) for r in requests)
+    alone = ServingEngine(tiny, make_scheduler("fixed"))  # none shared: each request's drafter keeps its own
+    alone.submit([{"role": "user", "content": "Say the alphabet."}], _spec())
+    assert alone.run()[0].output_ids == requests[0].output_ids and alone.history is None
+
+
+def test_bench_histories_are_fresh_or_one_per_repeat_and_a_resume_rebuilds_them():
+    from specdec_core.bench.modes import parse_mode
+    from specdec_core.bench.run import Histories
+    from specdec_core.decode import GenerationConfig
+
+    suffix_mode, ngram_mode = parse_mode("spec:suffix"), parse_mode("spec:ngram")
+    point = GenerationConfig(mode="ar", drafter="ngram", k=4)
+    assert Histories("fresh").get(suffix_mode, point, 0) is None
+    run = Histories("run")
+    assert run.get(ngram_mode, point, 0) is None  # only the suffix drafter keeps one
+    kept = run.get(suffix_mode, point, 0)
+    assert run.get(suffix_mode, point, 0) is kept and run.get(suffix_mode, point, 1) is not kept
+    rows = [{"mode": "spec:suffix", "k": 4, "temperature": 0.0, "repeat": 0, "token_ids": [1, 2, 3, 4, 5],
+             "turn_tokens": [2, 3]},
+            {"mode": "spec:ngram", "k": 4, "temperature": 0.0, "repeat": 0, "token_ids": [9, 9], "turn_tokens": [2]}]
+    resumed = Histories("run")
+    resumed.replay(rows, [suffix_mode, ngram_mode], lambda k, t: GenerationConfig(mode="ar", drafter="ngram", k=k, temperature=t))
+    # each turn joined on its own, as when the row was first run; the n-gram row fed nothing
+    assert resumed.get(suffix_mode, point, 0).tokens.tolist() == [1, 2, -1, 3, 4, 5, -1]
+
+
+def test_the_first_token_no_drafter_observes_joins_the_request_and_its_history():
+    history = SuffixHistory()
+    drafter = SuffixDrafter(history=history)
+    drafter.reset([5, 6])
+    drafter.propose([5, 6, 7], 4, None, None)  # 7 came from the prompt's forward
+    drafter.observe(0, [8], {})
+    drafter.finish()
+    assert drafter.own.tokens.tolist()[:4] == [5, 6, 7, 8] and history.tokens.tolist() == [7, 8, -1]
+
+
+def test_a_classroom_asks_every_variant_once_with_learners_in_flight_on_different_groups():
+    from specdec_core.bench.classroom import classroom, learner_order
+    from specdec_core.errors import SpecDecError
+    from specdec_core.suite import PromptCase
+
+    order = classroom(8)
+    groups = {c.category for c in order}
+    assert len(order) == 8 * len(groups) and len({c.turns[0] for c in order}) == len(order)  # none asked twice
+    for r in range(len(groups)):  # each round: every learner once, the learners spread over the groups
+        round_ = order[r * 8:(r + 1) * 8]
+        assert sorted(c.id.split("@")[1] for c in round_) == sorted(f"learner-{j}" for j in range(1, 9))
+        assert {c.category for c in round_} == groups
+    two = learner_order([PromptCase("a1", "a", ["x"]), PromptCase("b1", "b", ["y"])], 3)
+    assert [c.id for c in two] == ["a1@learner-1", "b1@learner-2", "a1@learner-3",
+                                   "b1@learner-1", "a1@learner-2", "b1@learner-3"]  # more learners than variants: repeats
+    with pytest.raises(SpecDecError, match="one at a time"):
+        learner_order([PromptCase("m", "a", ["x", "y"])], 2)

@@ -19,11 +19,20 @@ if TYPE_CHECKING:
 PROFILED_DRAFTERS = ("ngram", "early-exit")  # whose draft step `profile` times (c in the lab and the lessons)
 
 
+def add_history_option(p: argparse.ArgumentParser, unit: str, default: str | None = "fresh") -> None:
+    """--history: how long the suffix drafter's history of earlier outputs lives."""
+    p.add_argument("--history", choices=("fresh", "run"), default=default,
+                   help=f"the suffix drafter's history of earlier outputs: fresh (empty for every {unit}: first-pass "
+                   f"figures) or run (kept across the run's {unit}s; never fed by the warm-up); default "
+                   f"{default or 'run with --learners, else fresh'}")
+
+
 def bench_options(b: argparse.ArgumentParser) -> None:
     b.add_argument("--prompts", type=Path, default=PROMPTS_DIR / "quick.jsonl")
     b.add_argument("--modes", default="ar,spec:ngram,hf:ar,hf:pld",
                    help="comma list of ar, nar, jacobi, spec:DRAFTER, hf:ar, hf:pld, hf:assisted, hf:assisted-default")
     b.add_argument("--repeats", type=int, default=1)
+    add_history_option(b, "prompt")
     b.add_argument("--categories", help="only these categories of --prompts (comma-separated, e.g. chat,qa,story)")
     b.add_argument("--limit", type=int, default=0, help="only the first N prompts (0 = all, after --categories)")
     b.add_argument("--out", type=Path, required=True)
@@ -72,8 +81,8 @@ def run_bench_command(args: argparse.Namespace) -> dict:
     return run_bench(BenchRun(
         prompts=args.prompts, modes=args.modes, out=args.out, ks=args.k, temperatures=args.temperature,
         config=generation_config(args, k=args.k[0], temperature=args.temperature[0]),
-        categories=args.categories, limit=args.limit, repeats=args.repeats, resume=args.resume, model=args.model,
-        device=args.device, dtype=args.dtype, kernels=args.kernels))
+        categories=args.categories, limit=args.limit, repeats=args.repeats, history=args.history, resume=args.resume,
+        model=args.model, device=args.device, dtype=args.dtype, kernels=args.kernels))
 
 
 def profile_options(pr: argparse.ArgumentParser) -> None:
@@ -128,6 +137,10 @@ def load_test_options(lt: argparse.ArgumentParser) -> None:
     lt.add_argument("--requests-per-level", type=int, default=4, help="requests per level = this x concurrency")
     lt.add_argument("--max-new-tokens", type=int, default=64)
     lt.add_argument("--force-ar", action="store_true", help="the rollback switch: every scheme decodes plain AR")
+    add_history_option(lt, "request", default=None)
+    lt.add_argument("--learners", type=int, default=0, metavar="N",
+                    help="a classroom: N learners ask prompts/classroom.jsonl's related questions at once, each in "
+                    "sequence, against one shared suffix history (all N x groups requests at every level)")
     add_weights_option(lt)
     lt.add_argument("--prompts", type=Path, default=PROMPTS_DIR / "suite.jsonl")
     lt.add_argument("--replay", type=Path, metavar="LOAD_JSON",
@@ -152,6 +165,7 @@ def run_load_test_command(args: argparse.Namespace) -> None:
 
     from ..models import load_model
     from ..quant import with_weights
+    from .classroom import classroom
     from .loadtest import LoadConfig, dumps, run_load_test, workload
 
     ensure_writable(args.out)
@@ -165,6 +179,8 @@ def run_load_test_command(args: argparse.Namespace) -> None:
             raise SpecDecError("--replay re-runs the lab's own schedulers: it does not go with --endpoint")
         if args.arrival_rate is not None:
             raise SpecDecError("--endpoint runs the closed loop only (C in flight): drop --arrival-rate")
+        if args.learners:
+            raise SpecDecError("--learners runs the lab's own engine with its suffix history: it does not go with --endpoint")
         remote_load_test(remote_settings(args), args.prompts, args.out, LoadConfig(
             concurrency=tuple(args.concurrency), requests_per_level=args.requests_per_level,
             max_new_tokens=args.max_new_tokens))
@@ -175,13 +191,15 @@ def run_load_test_command(args: argparse.Namespace) -> None:
     cfg = LoadConfig(concurrency=tuple(args.concurrency), schemes=tuple(args.schemes), drafter=args.drafter, k=args.k,
                      threshold=args.threshold, arrival_rate=args.arrival_rate,
                      requests_per_level=args.requests_per_level, max_new_tokens=args.max_new_tokens,
-                     force_ar=args.force_ar)
+                     force_ar=args.force_ar, history=args.history or ("run" if args.learners else "fresh"),
+                     learners=args.learners)
     cfg.validate()
     if args.requests_per_level < 1:
         raise SpecDecError(f"requests-per-level must be >= 1 (got {args.requests_per_level})")
     workload(args.prompts)  # a bad prompt file fails before the model loads
     lm = with_weights(load_model(args.model, args.device, args.dtype, args.kernels), args.weights)
-    total = sum(cfg.requests_per_level * c for c in cfg.concurrency) * len(cfg.schemes)
+    per_level = [len(classroom(cfg.learners)) if cfg.learners else cfg.requests_per_level * c for c in cfg.concurrency]
+    total = sum(per_level) * len(cfg.schemes)
     with tqdm(total=total, desc="load-test", unit="req") as bar:
         result = run_load_test(lm, cfg, bar, args.prompts)
     args.out.write_text(dumps(result))
@@ -208,7 +226,8 @@ def summary(result: dict) -> str:
 
 def run_replay_command(args: argparse.Namespace) -> None:
     from ..serving.costs import CostTable
-    from .loadtest import matched_summary, replay
+    from .loadtest import matched_summary
+    from .replay import replay
 
     try:
         recorded = json.loads(args.replay.read_text())["records"]

@@ -25,7 +25,7 @@ Definitions (every figure of the output):
   3 `ar` levels must fall inside the scheme's range, otherwise the ratio is null. The headline uses
   the median per-user speed; the same ratio from the mean and per category comes with it.
 
-`replay` re-runs the schedulers on a run's recorded drafts (per step: proposal length, confidences and
+`replay.py` re-runs the schedulers on a run's recorded drafts (per step: proposal length, confidences and
 how many drafts matched the target) against another cost table, e.g. a GPU's, in simulated time.
 """
 from __future__ import annotations
@@ -43,13 +43,14 @@ import torch
 
 from ..suite import PROMPTS_DIR, PromptCase, load_prompts
 from ..decode import GenerationConfig
-from ..drafters import Draft
+from ..drafters import SuffixHistory
 from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
 from ..serving.costs import CostTable, measure_cost_table
 from ..generation import drafter_costs, generate
 from ..serving.engine import Request, ServingEngine, serving_drafter
-from ..serving.schedulers import Candidate, make_scheduler
+from ..serving.schedulers import make_scheduler
+from .classroom import classroom
 
 SCHEMES = ("ar", "spec-fixed", "spec-confidence", "spec-hardware")  # the default run
 EXTRA_SCHEMES = ("spec-budget",)  # on request: the deployed variant (b) of the hardware scheduler
@@ -69,6 +70,10 @@ class LoadConfig:
     max_new_tokens: int = 64
     seed: int = 0
     force_ar: bool = False  # the rollback switch: every scheme decodes plain AR
+    # The suffix drafter's history: "fresh" (every request starts empty) or "run" (each scheme × level
+    # starts empty and keeps every finished request's output: the same history for every scheme).
+    history: str = "fresh"
+    learners: int = 0  # > 0: the classroom workload (bench/classroom.py), all of it at every level
 
     def validate(self) -> None:
         unknown = [s for s in self.schemes if s not in SCHEMES + EXTRA_SCHEMES and s != "mtp1"]
@@ -82,6 +87,10 @@ class LoadConfig:
             raise SpecDecError(f"k must be between 1 and 16 (got {self.k})")
         if not 0 < self.threshold < 1:
             raise SpecDecError(f"threshold must be in (0, 1) (got {self.threshold})")
+        if self.history not in ("fresh", "run"):
+            raise SpecDecError(f"history must be fresh or run (got {self.history!r})")
+        if self.learners < 0:
+            raise SpecDecError(f"learners must be >= 0 (got {self.learners})")
 
 
 # --- workload -----------------------------------------------------------------------------------
@@ -126,9 +135,10 @@ def level_order(cases: list[PromptCase], concurrency: int, requests_per_level: i
 def run_level(lm: LoadedModel, scheme: str, concurrency: int, cases: list[PromptCase], cfg: LoadConfig,
               costs: CostTable, progress=None) -> tuple[list[Request], ServingEngine]:
     config, scheduler = scheme_config(scheme, cfg)
+    history = SuffixHistory() if cfg.history == "run" and cfg.drafter == "suffix" else None  # default bound
     engine = ServingEngine(lm, make_scheduler(scheduler, cfg.threshold), costs, force_ar=cfg.force_ar,
-                           drafter_costs=drafter_costs(lm, cfg.drafter))
-    order = level_order(cases, concurrency, cfg.requests_per_level)
+                           drafter_costs=drafter_costs(lm, cfg.drafter), history=history)
+    order = cases if cfg.learners else level_order(cases, concurrency, cfg.requests_per_level)
     total = len(order)
     start = engine.clock()
     if cfg.arrival_rate:  # open loop: Poisson arrivals, the same seeded times for every scheme
@@ -244,6 +254,7 @@ def level_metrics(requests: list[Request], concurrency: int, engine: ServingEngi
         "verify_s": sum(s.seconds - s.draft_s for s in engine.steps) if engine else 0.0,
         "draft_s": sum(s.draft_s for s in engine.steps) if engine else 0.0,
         "prefill_s": sum(s.prefill_s for s in engine.steps) if engine else 0.0,
+        "history_bytes": engine.history.nbytes() if engine and engine.history else None,  # the suffix drafter's, shared
     }
 
 
@@ -333,10 +344,11 @@ def run_load_test(lm: LoadedModel, cfg: LoadConfig, bar=None, prompts: Path = PR
     (e.g. a small grid for a short live run); by default the full grid is measured first, in the run's time."""
     cfg.validate()
     started = time.perf_counter()
-    cases = workload(prompts, seed=cfg.seed)
+    cases = classroom(cfg.learners) if cfg.learners else workload(prompts, seed=cfg.seed)
     costs = costs or serving_costs(lm, cfg.drafter)
     cost_s = time.perf_counter() - started
-    used = {cases[i % len(cases)].id: cases[i % len(cases)] for i in range(cfg.requests_per_level * max(cfg.concurrency))}
+    used = {cases[i % len(cases)].id: cases[i % len(cases)] for i in range(len(cases) if cfg.learners else
+                                                                             cfg.requests_per_level * max(cfg.concurrency))}
     references = reference_outputs(lm, list(used.values()), cfg.max_new_tokens)
     category_of = {c.id: c.category for c in cases}
     runs, records, timings = [], {}, {}
@@ -402,92 +414,3 @@ def environment(lm: LoadedModel, costs: CostTable, cost_s: float, wall_s: float)
             "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
             "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "cost_table_s": round(cost_s, 1),
             "wall_s": round(wall_s, 1), "machine": costs.machine}
-
-
-# --- replay: the schedulers on recorded drafts, in simulated time --------------------------------
-
-
-@dataclass
-class _Replayed:
-    """One recorded request walking through its greedy output. Recorded step s starts at output
-    position starts[s] and, verified in full, emits 1 + matched[s] tokens, which tile the output."""
-
-    id: int
-    prompt_tokens: int
-    steps: list  # [drafted, matched, confidences]
-    starts: list[int]
-    position: int = 1  # tokens emitted so far (the prefill gave the first)
-
-    def draft_here(self) -> tuple[Draft, int]:
-        """The proposal at the current position and how many of its drafts match the target: the rest
-        of the recorded proposal when a scheduler verified less of it than the record did."""
-        s = max(i for i, start in enumerate(self.starts) if start <= self.position)
-        drafted, matched, confidence = self.steps[s]
-        offset = self.position - self.starts[s]
-        return Draft([0] * max(0, drafted - offset), None, confidence=confidence[offset:drafted]), max(0, matched - offset)
-
-    @property
-    def end(self) -> int:
-        return self.starts[-1] + 1 + self.steps[-1][1]
-
-
-def replay(recorded: dict, costs: CostTable, schemes=("ar", "spec-fixed", "spec-hardware"), threshold: float = 0.5,
-           max_new_tokens: int = 64, concurrency: tuple[int, ...] | None = None, requests_per_level: int = 4) -> list[dict]:
-    """Re-run schemes on a run's recorded greedy drafts against `costs`, closed loop, in simulated time.
-
-    Greedy drafts and their matches depend on the text, not on the load, so the recorded requests of
-    every level form one pool, and any concurrency can be replayed (requests_per_level × C of them,
-    cycling through the pool; by default the recorded levels). Every figure it returns is simulated
-    (and labelled so): nothing is decoded, each step costs what the table says a forward of its
-    shape costs, and each request gains 1 + min(verified, matched) tokens.
-    """
-    pool = [r for level in recorded["levels"].values() for r in level if r["steps"]]
-    levels = concurrency or tuple(int(c) for c in recorded["levels"])
-    out = []
-    for concurrency in levels:
-        requests = [pool[i % len(pool)] for i in range(requests_per_level * concurrency)]
-        for scheme in schemes:
-            scheduler = make_scheduler(scheme.split("-", 1)[1], threshold) if scheme != "ar" else None
-            queue = []
-            for i, r in enumerate(requests):
-                starts = [1]
-                for drafted, matched, _ in r["steps"][:-1]:
-                    starts.append(starts[-1] + 1 + min(drafted, matched))
-                queue.append(_Replayed(i, r["prompt_tokens"], r["steps"], starts))
-            now, active, finished = 0.0, [], []
-            arrivals: dict[int, float] = {}
-            deliveries: dict[int, list[tuple[float, int]]] = {}
-            while queue or active:
-                while queue and len(active) < concurrency:
-                    r = queue.pop(0)
-                    arrivals[r.id] = now
-                    now += costs.verify_s(1, r.prompt_tokens)  # its prefill, before the next decode step
-                    deliveries[r.id] = [(now, 1)]
-                    active.append(r)
-                proposals = [r.draft_here() for r in active]
-                limits = [min(recorded["k"], max_new_tokens - r.position - 1) for r in active]
-                if scheduler is None:
-                    lengths = [0] * len(active)
-                else:
-                    lengths = scheduler.verify_lengths([Candidate(d, limit) for (d, _), limit in zip(proposals, limits)],
-                                                       costs, costs.draft_s(recorded.get("drafter", "ngram"), len(active)))
-                now += costs.verify_s(len(active), len(active) + sum(lengths))
-                for r, (_, matched), n in zip(list(active), proposals, lengths):
-                    gained = min(1 + min(n, matched), max_new_tokens - r.position)
-                    r.position += gained
-                    deliveries[r.id].append((now, gained))
-                    if r.position >= min(max_new_tokens, r.end):
-                        active.remove(r)
-                        finished.append(_SimRequest(r.id, arrivals[r.id], now, deliveries[r.id]))
-            out.append({"scheme": scheme, "concurrency": concurrency, "simulated": True,
-                        **speed_metrics(finished, concurrency)})
-    return out
-
-
-@dataclass
-class _SimRequest:
-    id: int
-    arrival_s: float
-    finish_s: float
-    deliveries: list
-    label: str = ""

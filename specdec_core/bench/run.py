@@ -23,7 +23,7 @@ import torch
 from ..costmodel import measured_raw_ratios, measured_verify_ratios
 from ..errors import SpecDecError, ensure_writable
 from ..decode import GenerationConfig
-from ..drafters import DraftNet, ReducedVocab
+from ..drafters import DraftNet, ReducedVocab, SuffixHistory, drafter_options
 from ..drafters.draft import causal_lm
 from ..drafters.weights import drafter_module
 from ..generation import check, generate
@@ -109,10 +109,14 @@ class Peers:
         return self.hf.generate(mode.base, prompt_ids, config, mode.kernels)
 
 
-def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config: GenerationConfig) -> dict:
-    """One mode on one prompt (all turns). wall_s covers prefill + decode, not tokenisation."""
+def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config: GenerationConfig,
+             history: SuffixHistory | None = None) -> dict:
+    """One mode on one prompt (all turns). wall_s covers prefill + decode, not tokenisation. `history`: the
+    suffix drafter's shared history (each turn recalls it and joins it when done; None: a fresh one per turn)."""
     messages: list[dict] = []
     token_ids: list[int] = []
+    turn_tokens: list[int] = []  # new tokens per turn: a resumed `--history run` rebuilds its history from them
+    turn_tau: list[float] = []  # tokens per target forward, per turn (does a session's history lift later turns?)
     wall = ttft = 0.0
     forwards = drafted = accepted = decode_tokens = 0
     offered_at: list[int] = []  # per draft position, pooled over turns (see metrics.accepted_per_pos)
@@ -132,9 +136,10 @@ def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config
             wall += seconds
         else:
             with using(lm.model, table_for(lm, mode.kernels)):
-                result = generate(with_weights(lm, mode.weights), prompt_ids, mode_config(config, mode))
+                result = generate(with_weights(lm, mode.weights), prompt_ids, mode_config(config, mode), history=history)
             ids, m = result.token_ids, result.metrics
             wall += m["wall_s"]
+            turn_tau.append(m["mean_acceptance_length"])
             forwards += m["target_forwards"]
             drafted += m["num_draft_tokens"]
             accepted += m["num_accepted_tokens"]
@@ -148,15 +153,17 @@ def run_case(lm: LoadedModel, peers: Peers, mode: Mode, case: PromptCase, config
             rank_offered = pooled_counts([rank_offered, m.get("offered_per_rank_count", [])])
             rank_accepted = pooled_counts([rank_accepted, m.get("accepted_per_rank_count", [])])
         token_ids += ids
+        turn_tokens.append(len(ids))
         messages.append({"role": "assistant", "content": lm.decode(ids)})
     hf_mode = mode.peer
     # "k" is the run's (the sweep point ar ran at, which the ratios pair by); "draft_k" what this mode drafted.
     return {"prompt_id": case.id, "category": case.category, "mode": mode.label, "k": config.k,
             "draft_k": mode_config(config, mode).k if mode.base == "spec" else None,
             "temperature": config.temperature, "token_ids": token_ids, "text": lm.decode(token_ids),
-            "new_tokens": len(token_ids), "wall_s": wall, "ttft_s": None if hf_mode else ttft,
+            "new_tokens": len(token_ids), "turn_tokens": turn_tokens, "wall_s": wall, "ttft_s": None if hf_mode else ttft,
             "target_forwards": None if hf_mode else forwards,
             "mean_accepted_length": None if hf_mode else (decode_tokens / forwards if forwards else 0.0),
+            "turn_tau": None if hf_mode else turn_tau,
             "acceptance_rate": None if hf_mode or not drafted else accepted / drafted,
             "offered_per_pos": None if hf_mode else offered_at, "accepted_per_pos": None if hf_mode else accepted_at,
             "accepted_length_hist": None if hf_mode else lengths,
@@ -294,6 +301,39 @@ class Checkpoint:
         self.path.unlink(missing_ok=True)
 
 
+HISTORIES = ("fresh", "run")
+
+
+class Histories:
+    """The suffix drafter's history over a bench run. `fresh`: none kept (every prompt's drafter starts
+    empty: first-pass figures). `run`: one history per repeat, sweep point and mode, fed every earlier
+    prompt's output in the run's order, so each repeat sees the same history at the same prompt and the
+    repeats stay comparable; the warm-up never feeds it. A resumed run rebuilds it from the saved rows."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.kept: dict[tuple, SuffixHistory] = {}
+
+    def get(self, mode: Mode, config: GenerationConfig, repeat: int) -> SuffixHistory | None:
+        config = mode_config(config, mode)
+        if self.kind == "fresh" or config.mode != "spec" or config.drafter != "suffix":
+            return None
+        key = (repeat, config.k, config.temperature, mode.label)
+        if key not in self.kept:
+            self.kept[key] = SuffixHistory(drafter_options("suffix", config.drafter_options).suffix_history)
+        return self.kept[key]
+
+    def replay(self, rows: list[dict], modes: list[Mode], point) -> None:
+        """Feed a resumed run's saved rows (in their order) to the histories they fed when first run."""
+        by_label = {m.label: m for m in modes}
+        for row in rows:
+            history = self.get(by_label[row["mode"]], point(row["k"], row["temperature"]), row["repeat"])
+            start = 0
+            for n in row["turn_tokens"] if history is not None else ():
+                history.add(row["token_ids"][start:start + n])
+                start += n
+
+
 @dataclass(frozen=True)
 class BenchRun:
     """What one local bench run measures: which prompts, which modes, the sweep over k and temperature, and the
@@ -308,6 +348,7 @@ class BenchRun:
     categories: str | None = None
     limit: int = 0  # the first N prompts (0: all)
     repeats: int = 1
+    history: str = "fresh"  # the suffix history: "fresh" (empty for every prompt) or "run" (see Histories)
     resume: bool = False
     model: str = "smollm2-135m"
     device: str = "auto"
@@ -322,7 +363,7 @@ class BenchRun:
         """The settings a result file (and a resumed run's checkpoint) records."""
         return {"prompts": str(self.prompts), "categories": self.categories, "modes": [m.label for m in parse_modes(self.modes)],
                 "k": self.ks, "temperature": self.temperatures, "repeats": self.repeats,
-                "max_new_tokens": self.config.max_new_tokens}
+                "max_new_tokens": self.config.max_new_tokens, "history": self.history}
 
 
 def checked(run: BenchRun) -> tuple[list[PromptCase], list[Mode], LoadedModel, list[tuple[int, float]]]:
@@ -338,6 +379,8 @@ def checked(run: BenchRun) -> tuple[list[PromptCase], list[Mode], LoadedModel, l
             raise SpecDecError("llamacpp:ar is compared greedy only (its samplers are not ours): use --temperature 0")
     if run.repeats < 1:
         raise SpecDecError(f"repeats must be >= 1 (got {run.repeats})")
+    if run.history not in HISTORIES:
+        raise SpecDecError(f"history must be one of {', '.join(HISTORIES)} (got {run.history!r})")
     ensure_writable(run.out)
     lm = load_model(run.model, run.device, run.dtype, run.kernels)
     sweeps = [(k, t) for k in run.ks for t in run.temperatures]
@@ -377,6 +420,8 @@ def run_bench(run: BenchRun) -> dict:
         run_case(lm, peers, mode, cases[0], warm)
     checkpoint = Checkpoint(run.out, run.recorded, resume=run.resume)
     results = checkpoint.results
+    histories = Histories(run.history)
+    histories.replay(results, modes, lambda k, t: run.point("ar", k, t))
     with tqdm(total=len(cases) * run.repeats * len(sweeps) * len(modes), desc="bench", unit="run",
               initial=len(results)) as bar:
         for case_index, case in enumerate(cases):
@@ -389,7 +434,8 @@ def run_bench(run: BenchRun) -> dict:
                     shift = (case_index + repeat) % len(modes)
                     rows = {}
                     for mode in modes[shift:] + modes[:shift]:
-                        rows[mode.label] = run_case(lm, peers, mode, case, run.point("ar", k, t))
+                        point = run.point("ar", k, t)
+                        rows[mode.label] = run_case(lm, peers, mode, case, point, histories.get(mode, point, repeat))
                         bar.update()
                     for mode in modes:
                         row = rows[mode.label]

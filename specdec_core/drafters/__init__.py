@@ -90,13 +90,15 @@ def _tree_size(config, costs: DraftCosts | None) -> TreeSize | None:
     return TreeSize(0, costs.verify_ratios)
 
 
-def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = None) -> Drafter:
+def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = None,
+                 history: SuffixHistory | None = None) -> Drafter:
     """A fresh drafter (with its own state) for one request under `config` (a GenerationConfig), with the
-    measured `costs` the drafters of `costs_needed` weigh their proposals by."""
+    measured `costs` the drafters of `costs_needed` weigh their proposals by. `history`: the earlier
+    requests' outputs a suffix drafter recalls from and adds to (None: an empty one of its own)."""
     options = drafter_options(name, config.drafter_options)
     if name == "suffix":
         # Its trees are its own (best first by recalled frequency, sized by its match), not a TreeSize.
-        return SuffixDrafter(options, tree=config.tree != "chain")
+        return SuffixDrafter(options, history, tree=config.tree != "chain")
     tree = _tree_size(config, costs)
     if name in ("ngram", "ngram-fixed"):
         ratios = _verify_ratios(costs, name, config.k) if name == "ngram" else None

@@ -246,6 +246,8 @@ class SuffixDrafter(Drafter):
     def __init__(self, options: SuffixOptions | None = None, history: SuffixHistory | None = None,
                  tree: bool = False) -> None:
         self.options = options or SuffixOptions()
+        # A shared history is reported once by its owner (the engine, the bench run), not by every request.
+        self.owns_history = history is None
         self.history = history if history is not None else SuffixHistory(self.options.suffix_history)
         self.tree = tree
         self.reset([])
@@ -253,10 +255,20 @@ class SuffixDrafter(Drafter):
     def reset(self, prompt_ids: list[int]) -> None:
         self.own = SuffixIndex()
         self.own.extend(prompt_ids)
+        self.indexed = len(prompt_ids)  # tokens of the context the own index holds
         self.output: list[int] = []
         self.last: Proposal | None = None  # the pending proposal, for the inspector
 
+    def _take(self, tokens: list[int]) -> None:
+        """Output the request emitted joins its own index at once (arctic-inference likewise grows an
+        active request's tree as its response grows)."""
+        self.own.extend(tokens)
+        self.indexed += len(tokens)
+        self.output += tokens
+
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
+        # The first token comes from the prompt's forward, which no drafter observes: the context has it.
+        self._take(context[self.indexed:])
         candidates = [self.own.propose(context, k, self.options, self.tree, "request"),
                       self.history.propose(context, k, self.options, self.tree, "history")]
         found = [c for c in candidates if c is not None]
@@ -268,12 +280,12 @@ class SuffixDrafter(Drafter):
 
     def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor],
                 verified: int | None = None) -> None:
-        self.own.extend(emitted)  # in-flight output joins the request's own index at once
-        self.output += emitted
+        self._take(emitted)
 
     def finish(self) -> None:
-        """The request is done: its output joins the shared history."""
+        """The request is done: its output joins the shared history (a request that stopped at its first
+        token, before any proposal, adds nothing: no drafter saw that token)."""
         self.history.add(self.output)
 
     def memory_bytes(self) -> int:
-        return int(self.own.tokens.nbytes) + self.history.nbytes()
+        return int(self.own.tokens.nbytes) + (self.history.nbytes() if self.owns_history else 0)

@@ -27,7 +27,7 @@ import torch
 from ..decode import (DecodeState, GenerationConfig, Stopper, commit, commit_tree, emit, first_token, prefill_event,
                       VerifiedStep, step_event, tree_event, verify_row, verify_tree)
 from ..costmodel import DraftCosts
-from ..drafters import Draft, Drafter, NgramDrafter, drafter_options, make_drafter
+from ..drafters import Draft, Drafter, NgramDrafter, SuffixHistory, drafter_options, make_drafter
 from ..drafters.ngram import SurvivalStats
 from ..errors import SpecDecError
 from ..generation import check
@@ -41,17 +41,18 @@ from .schedulers import Candidate, Scheduler
 
 
 def serving_drafter(lm: LoadedModel, config: GenerationConfig, survival: SurvivalStats | None = None,
-                    costs: DraftCosts | None = None) -> Drafter:
+                    costs: DraftCosts | None = None, history: SuffixHistory | None = None) -> Drafter:
     """The request's drafter as serving uses it: it proposes as far as it can and the scheduler owns the
     verify length, so n-gram lookup drafts its whole match (its cost-aware cut is the scheduler's job)
     and reports the survival it has seen across the run's requests (`survival`, shared). `costs`: what
-    a drafter that weighs proposals itself (mix) is built with, measured by the engine's owner."""
+    a drafter that weighs proposals itself (mix) is built with, measured by the engine's owner;
+    `history`: the suffix drafter's shared history (None: each request starts from an empty one)."""
     if config.drafter in ("ngram", "ngram-fixed"):
         options = drafter_options(config.drafter, config.drafter_options)
         drafter = NgramDrafter(options.ngram_min, options.ngram_max, verify_ratios=None, survival=survival)
         drafter.name = config.drafter
         return drafter
-    return make_drafter(config.drafter, lm, config, costs)
+    return make_drafter(config.drafter, lm, config, costs, history)
 
 
 @dataclass
@@ -105,12 +106,16 @@ class ServingEngine:
 
     def __init__(self, lm: LoadedModel, scheduler: Scheduler, costs: CostTable | None = None,
                  force_ar: bool = False, clock=time.perf_counter, make_drafter=None,
-                 drafter_costs: DraftCosts | None = None) -> None:
+                 drafter_costs: DraftCosts | None = None, history: SuffixHistory | None = None) -> None:
         """make_drafter(lm, config, survival): each request's drafter; default `serving_drafter` (drafts
         as far as it can, the scheduler cuts; built with `drafter_costs`, measured by the caller, where
-        a drafter weighs proposals itself). The app's server passes decode's own drafters instead."""
+        a drafter weighs proposals itself). The app's server passes decode's own drafters instead.
+        `history`: one suffix history every request of this engine recalls from and adds its finished
+        output to (None: none shared)."""
         self.lm = lm
-        self.make_drafter = make_drafter or (lambda lm_, config, survival: serving_drafter(lm_, config, survival, drafter_costs))
+        self.history = history
+        self.make_drafter = make_drafter or (
+            lambda lm_, config, survival: serving_drafter(lm_, config, survival, drafter_costs, history))
         self.piecer = Piecer(lm.tokenizer)
         self.scheduler = scheduler
         self.costs = costs
@@ -284,6 +289,8 @@ class ServingEngine:
             self.cache.lengths[last] = 0
             self.active.pop()
             request.finish_s = now
+            if request.state.drafter:
+                request.state.drafter.finish()
             self.finished.append(request)
         return done
 
