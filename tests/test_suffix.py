@@ -242,3 +242,15 @@ def test_a_classroom_asks_every_variant_once_with_learners_in_flight_on_differen
                                    "b1@learner-1", "a1@learner-2", "b1@learner-3"]  # more learners than variants: repeats
     with pytest.raises(SpecDecError, match="one at a time"):
         learner_order([PromptCase("m", "a", ["x", "y"])], 2)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--endpoint", "http://127.0.0.1:9", "--history", "run"], "--history"),
+    (["load-test", "--endpoint", "http://127.0.0.1:9", "--learners", "4"], "--learners"),
+    (["load-test", "--learners", "-1"], "learners must be"),
+])
+def test_history_options_refuse_what_they_cannot_do(argv, message, tmp_path, capsys):
+    from conftest import run_main
+
+    code, _, err = run_main(capsys, *argv, "--out", str(tmp_path / "x.json"))
+    assert code == 2 and message in err and "Traceback" not in err

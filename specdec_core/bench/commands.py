@@ -72,6 +72,8 @@ def run_bench_command(args: argparse.Namespace) -> dict:
 
         if len(args.temperature) != 1:
             raise SpecDecError("--endpoint runs one temperature (the server decides the rest of its sampling)")
+        if args.history != "fresh":
+            raise SpecDecError("--history is the lab's suffix drafter's: a server keeps its own (drop --history)")
         return remote_bench(remote_settings(args, args.seed), args.prompts, args.out, args.categories, args.limit, args.repeats,
                             args.temperature[0])
     from .run import BenchRun, run_bench
@@ -179,8 +181,8 @@ def run_load_test_command(args: argparse.Namespace) -> None:
             raise SpecDecError("--replay re-runs the lab's own schedulers: it does not go with --endpoint")
         if args.arrival_rate is not None:
             raise SpecDecError("--endpoint runs the closed loop only (C in flight): drop --arrival-rate")
-        if args.learners:
-            raise SpecDecError("--learners runs the lab's own engine with its suffix history: it does not go with --endpoint")
+        if args.learners or args.history:
+            raise SpecDecError("--learners and --history are the lab's own engine's: they do not go with --endpoint")
         remote_load_test(remote_settings(args), args.prompts, args.out, LoadConfig(
             concurrency=tuple(args.concurrency), requests_per_level=args.requests_per_level,
             max_new_tokens=args.max_new_tokens))
