@@ -44,8 +44,31 @@ def decode_mode() -> str:
 
 def batched(config: "sd.GenerationConfig", lm=None) -> bool:
     """True when this decode goes through the shared batch server (which serves the fp32 target: a
-    quantised copy, `sd.quant.with_weights`, decodes in a loop of its own)."""
-    return decode_mode() == "batched" and config.mode in BATCHED_MODES and getattr(lm, "weights", "fp32") == "fp32"
+    quantised copy, `sd.quant.with_weights`, decodes in a loop of its own; so does `suffix`, whose
+    history belongs to the browser session, not to the server)."""
+    return (decode_mode() == "batched" and config.mode in BATCHED_MODES and getattr(lm, "weights", "fp32") == "fp32"
+            and not recalls(config))
+
+
+def recalls(config: "sd.GenerationConfig") -> bool:
+    """A decode whose drafter recalls earlier answers (`suffix`): its result depends on the history, so
+    it is neither cached nor batched."""
+    return config.mode == "spec" and config.drafter == "suffix"
+
+
+@st.cache_resource(show_spinner=False)
+def _classroom_history() -> "sd.drafters.SuffixHistory":
+    return sd.drafters.SuffixHistory()
+
+
+def suffix_history() -> "sd.drafters.SuffixHistory":
+    """The suffix drafter's history: this browser session's own by default; with the classroom toggle
+    (`classroom` in the session), one history every session of this server shares."""
+    if st.session_state.get("classroom"):
+        return _classroom_history()
+    if "suffix_history" not in st.session_state:
+        st.session_state.suffix_history = sd.drafters.SuffixHistory()
+    return st.session_state.suffix_history
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +171,9 @@ def live_decoding(busy_note=None):
 def stream(lm, prompt, config: "sd.GenerationConfig"):
     """The step events of one decode: the batch server's (ar/spec in batched mode: the request is
     submitted now and decodes in the server's thread), else `sd.stream`'s. Read it with `next_event`."""
-    return batch_server(lm).stream(prompt, config) if batched(config, lm) else sd.stream(lm, prompt, config)
+    if batched(config, lm):
+        return batch_server(lm).stream(prompt, config)
+    return sd.stream(lm, prompt, config, history=suffix_history() if recalls(config) else None)
 
 
 def next_event(events, lm, config: "sd.GenerationConfig", busy_note=None):
@@ -194,7 +219,10 @@ def _cached_generate(name: str, prompt: str, config_items: tuple):
 
 def generate(lm, prompt: str, config: "sd.GenerationConfig"):
     """sd.generate's result (through the batch server or under the lock), cached across sessions per
-    (model, prompt, config). Returns a GenerationResult or None after showing the error."""
+    (model, prompt, config); a suffix decode, which recalls earlier answers, runs each time with this
+    session's history. Returns a GenerationResult or None after showing the error."""
+    if recalls(config):
+        return call_model(sd.generate, lm, prompt, config, history=suffix_history())
     items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(config).items()))
     try:
         return _cached_generate(lm.name, prompt, items)

@@ -29,7 +29,9 @@ class Draft:
     # q[i], never q[i][tokens[i]]): a verify length that depends on the drafted token itself biases
     # sampling (serving/schedulers.py). None: no estimate (schedulers then verify the whole draft).
     confidence: list[float] | None = None
-    source: str | None = None  # the drafter that proposed (None: the request's drafter itself; `mix` sets it)
+    # the drafter that proposed (None: the request's drafter itself; `mix` sets it), or for `suffix` where it
+    # recalled the draft: "suffix:INDEX:M:N", INDEX request or history, a match of M tokens seen N times
+    source: str | None = None
     # guess[i]: a block drafter's parallel backbone's own choice at position i, before the serial Markov
     # head corrected it with the token before (what the inspector shows; None for other drafters)
     guess: list[int] | None = None

@@ -72,10 +72,14 @@ def prepare(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool
     return new_state(lm, prompt_ids, config, build_drafter(lm, config, costs, history))
 
 
-def stream(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False) -> Iterator[StepEvent]:
-    """Decode and yield each StepEvent as it happens (for live UIs)."""
-    state = prepare(lm, prompt, config, raw)
+def stream(lm: LoadedModel, prompt: Prompt, config: GenerationConfig, raw: bool = False,
+           history: SuffixHistory | None = None) -> Iterator[StepEvent]:
+    """Decode and yield each StepEvent as it happens (for live UIs); `history` as for `generate`, which
+    the finished output joins once the last event has been read."""
+    state = prepare(lm, prompt, config, raw, history=history)
     yield from decode_events(lm, state, config)
+    if state.drafter:
+        state.drafter.finish()
 
 
 def generate(lm: LoadedModel, prompt: Prompt, config: GenerationConfig | None = None, raw: bool = False,

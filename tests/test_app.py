@@ -1243,3 +1243,46 @@ def test_server_page_unreachable_or_invalid_url_is_a_message_not_a_traceback():
     at = _server_page("zh", server_endpoint="http://127.0.0.1:9", server_levels="1,zwei")
     ok(button(at, "server_run").click().run())
     assert len(at.warning) == 1 and "1,zwei" in at.warning[0].value and "server_result" not in at.session_state
+
+
+def test_lab_suffix_drafter_keeps_a_session_history_and_a_classroom_toggle_shares_one():
+    """The recipe book's answers join this session's history (the caption counts it), nothing is served
+    from the cross-session result cache, and the classroom toggle switches to the server's shared one."""
+    en = _strings("en")
+    at = open_page("lab", "en")
+    assert not [w for w in at.toggle if w.key == "classroom"]  # only for suffix
+    ok(at.selectbox(key="lab_drafter").set_value("suffix").run())
+    own = en["suffix_own"]
+    assert en["suffix_history_state"].format(shared=own, tokens=0, kb="0") in texts(at)
+    ok(at.selectbox(key="lab_category").set_value("copy").run())
+    ok(at.multiselect(key="lab_ks").set_value([2]).run())
+    ok(at.slider(key="lab_max_new").set_value(16).run())
+    ok(button(at, "lab_run").click().run())
+    held = at.session_state["suffix_history"]
+    ok(at.run())  # the caption above the run counts the history as the page is next drawn
+    assert held.size > 0 and f"holds {held.size} tokens" in texts(at)
+    ok(at.toggle(key="classroom").set_value(True).run())
+    assert en["suffix_shared"] in texts(at) and own not in texts(at)
+
+
+def test_inspector_says_where_the_suffix_drafter_recalled_each_draft(tmp_path, monkeypatch):
+    import specdec_core as sd
+
+    lm = sd.load_model("tiny")
+    prompt = "Repeat exactly: the cat sat on the mat, the cat sat on the mat."
+    config = sd.GenerationConfig(mode="spec", drafter="suffix", k=4, max_new_tokens=16,
+                                 drafter_options={"suffix_factor": 4.0})
+    history = sd.drafters.SuffixHistory()
+    sd.generate(lm, prompt, config, history=history)
+    trace = sd.generate(lm, prompt, config, history=history).trace  # recalls the first answer
+    (tmp_path / "suffix").mkdir()
+    trace.save(tmp_path / "suffix" / "spec.json")
+    (tmp_path / "index.json").write_text(json.dumps([{"id": "suffix", "title": {"zh": "s", "en": "s"}, "prompt": prompt,
+                                                      "lanes": {"spec": "suffix/spec.json"}}]), encoding="utf-8")
+    monkeypatch.setenv("SPECDEC_APP_TRACES", str(tmp_path))
+    en = _strings("en")
+    at = open_page("inspector", "en")
+    first = next(s for s in trace.steps if s.kind == "decode")
+    _, index, match, seen = first.draft_source.split(":")
+    assert index == "history" and en[f"insp_suffix_{index}"].format(match=match, seen=seen) in texts(at)
+    assert en["insp_mix_sources"].split("{")[0] not in texts(at)  # not a mix run

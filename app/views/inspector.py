@@ -72,7 +72,7 @@ if trace.config.get("tree", "chain") != "chain":
     st.caption(t("tree_run_cfg", tree=t(f"tree_{trace.config['tree']}"), nodes=nodes))
 sources = {}  # `mix`: which drafter proposed how many steps (None: a plain step, no drafts)
 for s in steps:
-    if s.draft_source:
+    if s.draft_source and trace.drafter == "mix":
         sources[s.draft_source] = sources.get(s.draft_source, 0) + 1
 if sources:
     plain = sum(not s.drafted for s in steps)
@@ -114,6 +114,9 @@ spans = [tokens_html.plain_span(("…" if len(before) > 60 else "") + context)] 
 spans += tokens_html.spec_step_spans(step, show_rejected=True)
 st.markdown(tokens_html.token_line(spans), unsafe_allow_html=True)
 
+if (step.draft_source or "").startswith("suffix:"):  # the recipe book: where it recalled this draft from
+    _, index, match, seen = step.draft_source.split(":")
+    st.caption(t(f"insp_suffix_{index}", match=match, seen=seen))
 if not step.drafted:
     st.info(t("insp_no_draft_mix") if sources else t("insp_no_draft"))
 elif step.tree_parents:

@@ -52,6 +52,12 @@ if drafter == "quant":  # the quantised self-draft's precision and depth: cheape
     quant_bits = c[0].radio(t("quant_bits"), (4, 8), horizontal=True, key="lab_quant_bits", help=t("quant_bits_help"))
     quant_depth = c[1].select_slider(t("quant_depth"), (0.25, 0.5, 0.75, 1.0), value=1.0, key="lab_quant_depth",
                                      format_func=lambda f: f"{f:.0%}", help=t("quant_depth_help"))
+if drafter == "suffix":  # the recipe book recalls earlier answers: whose, and how many it holds now
+    c = st.columns([1, 3])
+    c[0].toggle(t("suffix_classroom"), key="classroom", help=t("suffix_classroom_help"))
+    held = model_store.suffix_history()
+    c[1].caption(t("suffix_history_state", shared=t("suffix_shared") if ss.get("classroom") else t("suffix_own"),
+                   tokens=held.size, kb=f"{held.nbytes() / 1024:.0f}"))
 
 
     for p in prompts.get(category, [])[:n_prompts]:

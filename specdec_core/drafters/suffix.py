@@ -276,7 +276,9 @@ class SuffixDrafter(Drafter):
         self.last = max(found, key=lambda c: (c.score, c.match), default=None)
         if self.last is None:
             return Draft([], None)  # nothing recalled: a plain step
-        return Draft(self.last.tokens, None, confidence=self.last.confidence, parents=self.last.parents)
+        last = self.last
+        return Draft(last.tokens, None, confidence=last.confidence, parents=last.parents,
+                     source=f"suffix:{last.index}:{last.match}:{last.occurrences}")
 
     def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor],
                 verified: int | None = None) -> None:
