@@ -254,3 +254,10 @@ def test_history_options_refuse_what_they_cannot_do(argv, message, tmp_path, cap
 
     code, _, err = run_main(capsys, *argv, "--out", str(tmp_path / "x.json"))
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_bench_reports_tau_per_turn_over_the_sessions_that_reach_it():
+    from specdec_core.bench.run import _tau_by_turn
+
+    assert _tau_by_turn([{"turn_tau": [1.0, 2.0, 3.0]}, {"turn_tau": [2.0, 4.0]}, {"turn_tau": None}]) == [1.5, 3.0, 3.0]
+    assert _tau_by_turn([{"turn_tau": [1.2]}, {"turn_tau": [1.4]}]) is None  # single-turn prompts only

@@ -240,6 +240,7 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
             "drafter_bytes": max((r["drafter_bytes"] for r in ours), default=None),
             "peak_gpu_bytes": max((r["peak_gpu_bytes"] for r in rows if r.get("peak_gpu_bytes")), default=None),
             "assistant": rows[0].get("assistant"),
+            "tau_by_turn": _tau_by_turn(ours),
         }
         for category in sorted({c for c, _ in per_prompt.values()}):
             cat_rows = [r for r in rows if r["category"] == category]
@@ -248,6 +249,16 @@ def summarise(results: list[dict], sweep: bool) -> tuple[dict, dict]:
                 "speedup_vs_ar": geomean([v for c, v in per_prompt.values() if c == category]),
                 "mean_accepted_length": statistics.mean(cat_taus) if cat_taus else None}
     return summary, dict(by_category)
+
+
+def _tau_by_turn(rows: list[dict]) -> list[float] | None:
+    """Mean τ of each turn index over the prompts that reach it (multi-turn sessions: does what a session
+    said before lift its later turns?); None when no prompt has a second turn."""
+    turns = [r["turn_tau"] for r in rows if r.get("turn_tau")]
+    depth = max(map(len, turns), default=0)
+    if depth < 2:
+        return None
+    return [statistics.mean(t[i] for t in turns if len(t) > i) for i in range(depth)]
 
 
 def environment(lm: LoadedModel) -> dict:
