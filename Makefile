@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PORT   ?= 8501
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-fast test-notebooks app bench bench-full llamacpp llama-server report data drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
+.PHONY: setup test test-fast test-notebooks app bench bench-full llamacpp llama-server arctic report data drafters load-test scheme-a lab notebooks lesson-outputs traces browser clean
 
 setup: $(STAMP)
 
@@ -173,6 +173,16 @@ lesson-outputs: setup
 # Re-record the app's precomputed race traces with the real model.
 traces: setup
 	$(PY) scripts/record_traces.py
+
+# arctic-inference's suffix decoding, the peer of the lab's `suffix` drafter (`spec:suffix@impl=arctic`, issue
+# 51): only its csrc/suffix_decoding is built, from the 0.3.0 source archive on PyPI (fetched directly: its
+# build requirements would pull a CUDA torch), with nanobind, into SPECDEC_CACHE/arctic; skipped when built.
+# Needs CMake, a C++20 compiler and the Python headers (one line when one is missing).
+ARCTIC_NANOBIND := nanobind==2.9.2
+
+arctic: setup
+	$(PY) -m pip install --quiet $(ARCTIC_NANOBIND)
+	$(PY) scripts/build_arctic.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-output

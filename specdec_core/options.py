@@ -106,6 +106,8 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
                    help="suffix drafter: stop a draft where its path probability falls below this (default 0.1)")
     p.add_argument("--suffix-history", type=int, default=200_000, metavar="TOKENS",
                    help="suffix drafter: tokens of earlier answers it keeps, oldest evicted first (default 200000)")
+    p.add_argument("--suffix-impl", choices=("lab", "arctic"), default="lab",
+                   help="suffix drafter: the lab's proposer or arctic-inference's (built by `make arctic`)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=csv_list(float) if sweep else float, default=[0.0] if sweep else 0.0,
                    help="0 = greedy" + (" (comma list to sweep)" if sweep else ""))

@@ -2,6 +2,7 @@
 proposals, the history's bound, and exactness in the decode loop."""
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -261,3 +262,50 @@ def test_bench_reports_tau_per_turn_over_the_sessions_that_reach_it():
 
     assert _tau_by_turn([{"turn_tau": [1.0, 2.0, 3.0]}, {"turn_tau": [2.0, 4.0]}, {"turn_tau": None}]) == [1.5, 3.0, 3.0]
     assert _tau_by_turn([{"turn_tau": [1.2]}, {"turn_tau": [1.4]}]) is None  # single-turn prompts only
+
+
+# --- the peer: arctic-inference's suffix tree (`make arctic`) ---------------------------------------------------
+def _arctic_tree_class():
+    from specdec_core.drafters.suffix_arctic import arctic_cache_class
+    from specdec_core.errors import SpecDecError
+
+    try:
+        arctic_cache_class()
+    except SpecDecError:
+        pytest.skip("arctic-inference's suffix decoding is not built here (make arctic)")
+    from arctic_inference.suffix_decoding._C import SuffixTree
+
+    return SuffixTree
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
+@pytest.mark.parametrize("seed", range(20))
+def test_the_lab_index_proposes_what_arctic_s_suffix_tree_proposes(seed, tree):
+    """The same sequences in both, the same settings: the same tokens, parents and match length, and
+    arctic's path probabilities equal to the products of the lab's conditional ones. (Ties in score go
+    to the longer match in both; the rare tie between two equally probable children may order them apart.)"""
+    SuffixTree = _arctic_tree_class()
+    rng = random.Random(seed)
+    sequences = random_corpus(rng)
+    options = SuffixOptions(suffix_depth=rng.randrange(3, 9), suffix_factor=rng.choice([1.0, 2.0]),
+                            suffix_offset=rng.choice([0.0, 1.0]), suffix_min_prob=rng.choice([0.0, 0.1, 0.3]))
+    peer = SuffixTree(options.suffix_depth)
+    for i, seq in enumerate(sequences):
+        peer.extend(i, seq)
+    ours = index_of(sequences)
+    same = 0
+    for _ in range(10):
+        context = rng.choice(sequences)[: rng.randrange(2, 14)]
+        k = rng.randrange(1, 9)
+        mine = ours.propose(context, k, options, tree, "history")
+        theirs = peer.speculate(context[-options.suffix_depth:], k, options.suffix_factor, options.suffix_offset,
+                                options.suffix_min_prob, tree)
+        if mine is None:
+            assert not theirs.token_ids
+            same += 1
+            continue
+        probs = _path_probs(mine) if tree else [math.prod(mine.confidence[:i + 1]) for i in range(len(mine.tokens))]
+        if list(theirs.token_ids) == mine.tokens and theirs.match_len == mine.match:
+            assert list(theirs.probs) == pytest.approx(probs, rel=1e-5)
+            same += 1
+    assert same >= 9  # at most one equal-count ordering difference per ten contexts

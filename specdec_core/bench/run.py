@@ -24,6 +24,7 @@ from ..costmodel import measured_raw_ratios, measured_verify_ratios
 from ..errors import SpecDecError, ensure_writable
 from ..decode import GenerationConfig
 from ..drafters import DraftNet, ReducedVocab, SuffixHistory, drafter_options
+from ..drafters.suffix import new_history
 from ..drafters.draft import causal_lm
 from ..drafters.weights import drafter_module
 from ..generation import check, generate
@@ -331,7 +332,7 @@ class Histories:
             return None
         key = (repeat, config.k, config.temperature, mode.label)
         if key not in self.kept:
-            self.kept[key] = SuffixHistory(drafter_options("suffix", config.drafter_options).suffix_history)
+            self.kept[key] = new_history(drafter_options("suffix", config.drafter_options))
         return self.kept[key]
 
     def replay(self, rows: list[dict], modes: list[Mode], point) -> None:

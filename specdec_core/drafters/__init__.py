@@ -98,6 +98,10 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
     options = drafter_options(name, config.drafter_options)
     if name == "suffix":
         # Its trees are its own (best first by recalled frequency, sized by its match), not a TreeSize.
+        if options.suffix_impl == "arctic":
+            from .suffix_arctic import ArcticSuffixDrafter
+
+            return ArcticSuffixDrafter(options, history, tree=config.tree != "chain")
         return SuffixDrafter(options, history, tree=config.tree != "chain")
     tree = _tree_size(config, costs)
     if name in ("ngram", "ngram-fixed"):

@@ -65,6 +65,7 @@ class SuffixOptions:
     suffix_offset: float = 0.0  # (max_spec_offset)
     suffix_min_prob: float = 0.1  # a proposal stops where its path probability falls below this (min_token_prob)
     suffix_history: int = 200_000  # tokens the history keeps; the oldest request is evicted first
+    suffix_impl: str = "lab"  # "lab" (this file) or "arctic" (arctic-inference's cache, `suffix_arctic.py`)
 
     def validate(self, num_layers: int) -> None:
         if self.suffix_depth < 1:
@@ -75,6 +76,12 @@ class SuffixOptions:
             raise SpecDecError(f"suffix-min-prob must lie in [0, 1] (got {self.suffix_min_prob})")
         if self.suffix_history < 0:
             raise SpecDecError(f"suffix-history must be >= 0 tokens (got {self.suffix_history})")
+        if self.suffix_impl not in ("lab", "arctic"):
+            raise SpecDecError(f"suffix-impl must be lab or arctic (got {self.suffix_impl!r})")
+        if self.suffix_impl == "arctic":
+            from .suffix_arctic import arctic_cache_class
+
+            arctic_cache_class()  # built? (a one-line error naming `make arctic` if not)
 
 
 @dataclass
@@ -291,3 +298,12 @@ class SuffixDrafter(Drafter):
 
     def memory_bytes(self) -> int:
         return int(self.own.tokens.nbytes) + (self.history.nbytes() if self.owns_history else 0)
+
+
+def new_history(options: SuffixOptions):
+    """An empty history for drafters built with `options` (arctic's cache for `impl=arctic`)."""
+    if options.suffix_impl == "arctic":
+        from .suffix_arctic import ArcticHistory
+
+        return ArcticHistory(options)
+    return SuffixHistory(options.suffix_history)
