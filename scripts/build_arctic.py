@@ -18,6 +18,7 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -38,13 +39,18 @@ def fail(message: str) -> None:
 
 def source_archive() -> bytes:
     """arctic-inference's sdist for VERSION, checked against the sha256 PyPI lists for it."""
-    with urllib.request.urlopen(f"https://pypi.org/pypi/arctic-inference/{VERSION}/json", timeout=60) as answer:
-        files = json.load(answer)["urls"]
-    sdist = next((f for f in files if f["packagetype"] == "sdist"), None)
-    if sdist is None:
-        fail(f"PyPI lists no source archive for arctic-inference {VERSION}")
-    with urllib.request.urlopen(sdist["url"], timeout=300) as answer:
-        data = answer.read()
+    listing = "https://pypi.org/pypi/arctic-inference/json"
+    try:
+        with urllib.request.urlopen(listing, timeout=60) as answer:
+            files = json.load(answer)["releases"].get(VERSION, [])
+        sdist = next((f for f in files if f["packagetype"] == "sdist"), None)
+        if sdist is None:
+            fail(f"PyPI lists no source archive for arctic-inference {VERSION}")
+        # a mirror may answer with links relative to the listing
+        with urllib.request.urlopen(urllib.parse.urljoin(listing, sdist["url"]), timeout=300) as answer:
+            data = answer.read()
+    except (OSError, ValueError) as err:  # URLError is an OSError
+        fail(f"cannot fetch arctic-inference {VERSION} from PyPI: {err}")
     if hashlib.sha256(data).hexdigest() != sdist["digests"]["sha256"]:
         fail(f"{sdist['filename']}: sha256 differs from PyPI's")
     return data

@@ -24,9 +24,11 @@ Two indexes, as in the paper:
   serving's survival statistics, bounded in tokens (the oldest request evicted first). A request joins it
   when it finishes (`SuffixHistory.add`), never while in flight and never from a warm-up.
 
-Speculation (the paper's §3.2): for each match length m = 1, 2, … (up to D, stopping at the first length
-that does not occur) take the node of the context's last m tokens and grow a proposal from it of at most
-min(k, ⌊m·factor + offset⌋) tokens, a longer match earning a longer draft:
+Speculation (the paper's §3.2): for each match length m = 1, 2, … (stopping at the first length that does
+not occur) take the node of the context's last m tokens and grow a proposal from it of at most
+min(k, ⌊m·factor + offset⌋) tokens, a longer match earning a longer draft. The tree is cut at depth D, so a
+draft reaches at most D − m tokens past its match; and, as in arctic-inference, m stays below the
+context's length (the whole context is never the match):
 - chain: follow the most frequent child while the path's probability, the product of count(child) /
   count(node), stays at or above `min_prob`;
 - tree: best first over all children by path probability, the same floor, the same number of nodes.
@@ -103,9 +105,9 @@ def _ends(tokens: np.ndarray, context: list[int], depth: int):
     tail, if indexed, is an occurrence like any other (with nothing after it)."""
     ends = np.flatnonzero(tokens == context[-1]) + 1  # the root's child for the last token: O(L)
     m = 1
-    while ends.size and m <= min(depth, len(context)):
+    while ends.size and m <= min(depth, len(context) - 1):
         yield m, ends
-        if m == len(context):
+        if m == len(context) - 1:
             return
         starts = ends - m - 1  # the token before each occurrence must be context[-m-1]
         keep = starts >= 0
@@ -115,14 +117,18 @@ def _ends(tokens: np.ndarray, context: list[int], depth: int):
 
 
 def _children(tokens: np.ndarray, ends: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """A node's children, most frequent first (ties: the smaller token id): (token, its positions' ends)."""
+    """A node's children, most frequent first: (token, its positions' ends). Ties in count are broken as
+    arctic-inference's tree orders its children (so the two propose alike): among children seen once, the
+    one met first; among children seen c ≥ 2 times, the one whose c-th occurrence came last (a child moves
+    to the front of its new count's group each time its count grows)."""
     inside = ends[ends < tokens.size]
     following = tokens[inside]
     inside, following = inside[following != SEPARATOR], following[following != SEPARATOR]
     if not following.size:
         return []
-    values, counts = np.unique(following, return_counts=True)
-    order = np.lexsort((values, -counts))
+    values, first, counts = np.unique(following, return_index=True, return_counts=True)  # `inside` is sorted
+    last = following.size - 1 - np.unique(following[::-1], return_index=True)[1]
+    order = np.lexsort((np.where(counts > 1, -last, first), -counts))
     return [(int(values[i]), inside[following == values[i]] + 1) for i in order]
 
 
@@ -145,30 +151,33 @@ def _chain(tokens: np.ndarray, ends: np.ndarray, budget: int, min_prob: float) -
     return drafted, confidence, score
 
 
-def _tree(tokens: np.ndarray, ends: np.ndarray, budget: int, min_prob: float) -> tuple[list[int], list[int], list[float], float]:
-    """Best first by path probability, every child at or above min_prob a candidate, `budget` nodes.
-    Nodes come out parents first (a child is pushed only once its parent is taken)."""
+def _tree(tokens: np.ndarray, ends: np.ndarray, budget: int, min_prob: float,
+          max_depth: int) -> tuple[list[int], list[int], list[float], float]:
+    """Best first by path probability, every child at or above min_prob a candidate, `budget` nodes at most
+    `max_depth` below the match. Nodes come out parents first (a child is pushed only once its parent is taken)."""
     drafted, parents, confidence, score = [], [], [], 0.0
-    frontier: list[tuple[float, int, int, int, float, np.ndarray]] = []  # (-prob, order, token, parent, step, ends)
+    frontier: list[tuple[float, int, int, int, float, np.ndarray, int]] = []  # (-prob, order, token, parent, step, ends, depth)
     order = 0
 
-    def push(parent: int, node_ends: np.ndarray, prob: float) -> None:
+    def push(parent: int, node_ends: np.ndarray, prob: float, depth: int) -> None:
         nonlocal order
+        if depth >= max_depth:
+            return  # the tree is cut there
         for token, child in _children(tokens, node_ends):
             step = child.size / node_ends.size
             if prob * step < min_prob:
                 break  # children come most frequent first: the rest are rarer still
-            heapq.heappush(frontier, (-prob * step, order, token, parent, step, child))
+            heapq.heappush(frontier, (-prob * step, order, token, parent, step, child, depth + 1))
             order += 1
 
-    push(-1, ends, 1.0)
+    push(-1, ends, 1.0, 0)
     while frontier and len(drafted) < budget:
-        negative, _, token, parent, step, child = heapq.heappop(frontier)
+        negative, _, token, parent, step, child, depth = heapq.heappop(frontier)
         drafted.append(token)
         parents.append(parent)
         confidence.append(step)
         score += -negative
-        push(len(drafted) - 1, child, -negative)
+        push(len(drafted) - 1, child, -negative, depth)
     return drafted, parents, confidence, score
 
 
@@ -198,13 +207,15 @@ class SuffixIndex:
         best: Proposal | None = None
         tokens = self.tokens
         for m, ends in _ends(tokens, context, options.suffix_depth):
-            budget = min(k, math.floor(m * options.suffix_factor + options.suffix_offset))
-            if budget < 1:
+            reach = options.suffix_depth - m  # the tree is cut at depth D
+            # (1e-6: m·factor + offset on a whole number must not floor below it, as in arctic-inference)
+            budget = min(k, math.floor(m * options.suffix_factor + options.suffix_offset + 1e-6))
+            if budget < 1 or reach < 1:
                 continue
             if tree:
-                drafted, parents, confidence, score = _tree(tokens, ends, budget, options.suffix_min_prob)
+                drafted, parents, confidence, score = _tree(tokens, ends, budget, options.suffix_min_prob, reach)
             else:
-                (drafted, confidence, score), parents = _chain(tokens, ends, budget, options.suffix_min_prob), None
+                (drafted, confidence, score), parents = _chain(tokens, ends, min(budget, reach), options.suffix_min_prob), None
             if drafted and (best is None or score >= best.score):  # >=: a tie goes to the longer match
                 best = Proposal(drafted, parents, confidence, score, m, int(ends.size), index)
         return best
