@@ -327,6 +327,24 @@ def _ngram_draft_share(lm: LoadedModel) -> tuple[float, dict]:
         "drafting_steps", "forwards", "drafted", "accepted", "acceptance_rate", "tau")} | {"drafter": "ngram", "k": 4}
 
 
+def _suffix_recall(lm: LoadedModel) -> tuple[float, dict]:
+    """The target forwards the suffix drafter needs to answer one suite question a second time, as a share
+    of the first time's, with the first answer in its shared history (greedy, k = 8, 48 new tokens). A count:
+    greedy decoding gives the same tokens and the same forwards on every run."""
+    from ..drafters import SuffixHistory
+
+    history = SuffixHistory()
+    config = GenerationConfig(mode="spec", drafter="suffix", k=8, max_new_tokens=48)
+    question = suite_prompts("qa", 1)[0]
+    first, again = (generate(lm, question, config, history=history) for _ in range(2))
+    if again.token_ids != first.token_ids:
+        raise SpecDecError("suffix recall: the second answer differs from the first under greedy decoding")
+    return again.metrics["target_forwards"] / first.metrics["target_forwards"], {
+        "first_forwards": first.metrics["target_forwards"], "again_forwards": again.metrics["target_forwards"],
+        "first_tau": first.metrics["mean_acceptance_length"], "again_tau": again.metrics["mean_acceptance_length"],
+        "tokens": len(first.token_ids), "k": 8}
+
+
 # --- trained drafters (lesson 13): every drafter whose weights ship, so a newly shipped one joins in ---
 
 
@@ -542,6 +560,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
     Experiment("ngram_draft_share_free", {"zh": "自由文本上按代价决策的 n-gram 草稿器（k=4）实际起草的目标前向所占比例（两条闲聊、两条问答提示）",
                                           "en": "Share of target forwards that verify a draft when the cost-aware n-gram drafter (k=4) runs on free text (two chat and two QA prompts)"},
                "fraction", _ngram_draft_share, reads=COUNTED),
+    Experiment("suffix_recall_forwards", {"zh": "suffix 草稿器把一道测试集问答题再答一遍（第一遍的回答已在共享历史里）所需的目标前向，占第一遍的比例（贪心，k=8，48 个新 token）",
+                                          "en": "Target forwards the suffix drafter needs to answer a suite QA question again, with the first answer in its shared history, as a share of the first time's (greedy, k=8, 48 new tokens)"},
+               "fraction", _suffix_recall, reads=SUITE),
     Experiment("trained_offline_s1_suite", {"zh": "训练过的 eagle 草稿器在测试集提示（chat、qa、story）上的离线第 1 位存活率 s_1（同时给出训练模板留出提示上的数值，以及每个随附的训练草稿器）",
                                             "en": "Offline first-position survival s_1 of the trained eagle drafter on suite prompts (chat, qa, story), beside held-out training-template prompts, for every shipped trained drafter"},
                "fraction", _offline_survival, weights=True, reads=SUITE),
