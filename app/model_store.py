@@ -51,9 +51,9 @@ def batched(config: "sd.GenerationConfig", lm=None) -> bool:
 
 
 def recalls(config: "sd.GenerationConfig") -> bool:
-    """A decode whose drafter recalls earlier answers (`suffix`): its result depends on the history, so
-    it is neither cached nor batched."""
-    return config.mode == "spec" and config.drafter == "suffix"
+    """A decode whose drafter recalls earlier answers (`suffix`, `mix` with the recipe book): its result
+    depends on the history, so it is neither cached nor batched."""
+    return sd.drafters.uses_history(config)
 
 
 @st.cache_resource(show_spinner=False)

@@ -93,6 +93,8 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
     p.add_argument("--hit-rate", type=float, default=0.7, help="sim drafter: chance each draft is right")
     p.add_argument("--ngram-min", type=int, default=1)
     p.add_argument("--ngram-max", type=int, default=3)
+    p.add_argument("--mix-suffix", action="store_true",
+                   help="mix: weigh the recipe book (suffix, with its --suffix-* options) as one more source")
     p.add_argument("--early-exit-layers", type=int, default=4)
     p.add_argument("--quant-bits", type=int, default=4, help="quant drafter: 4 (int4, default) or 8 (int8)")
     p.add_argument("--quant-layers", type=int, default=None, metavar="L",
@@ -106,6 +108,8 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
                    help="suffix drafter: stop a draft where its path probability falls below this (default 0.1)")
     p.add_argument("--suffix-history", type=int, default=200_000, metavar="TOKENS",
                    help="suffix drafter: tokens of earlier answers it keeps, oldest evicted first (default 200000)")
+    p.add_argument("--suffix-in-flight", action="store_true",
+                   help="suffix drafter: an answer joins the history as it grows (arctic-inference's way), not when done")
     p.add_argument("--suffix-impl", choices=("lab", "arctic"), default="lab",
                    help="suffix drafter: the lab's proposer or arctic-inference's (built by `make arctic`)")
     p.add_argument("--max-new-tokens", type=int, default=64)

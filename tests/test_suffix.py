@@ -327,3 +327,86 @@ def test_the_lab_index_proposes_what_arctic_s_suffix_tree_proposes(tree):
                 assert list(theirs.probs) == pytest.approx(probs, rel=1e-5)
                 same += 1
     assert same / total >= 0.95, f"{same} of {total} proposals identical"
+
+
+# --- mix: the recipe book as one more source --------------------------------------------------------------------
+def _mix_spec(mix_suffix: bool):
+    from specdec_core.decode import GenerationConfig
+
+    return GenerationConfig(mode="spec", drafter="mix", k=4, max_new_tokens=24, seed=0,
+                            drafter_options={"suffix_factor": 4.0, "mix_suffix": mix_suffix})
+
+
+def _fixed_costs(monkeypatch, suffix_c: float = 0.001):
+    """Fixed costs: which source pays must not hang on how busy this machine is while it measures."""
+    import specdec_core as sd
+    from specdec_core.costmodel import DraftCosts
+    from specdec_core.drafters import MIX_MODELS
+
+    costs = DraftCosts({d: 1.0 + 0.05 * d for d in range(33)}, {**{name: 0.05 for name in MIX_MODELS}, "suffix": suffix_c})
+    monkeypatch.setattr(sd.generation, "drafter_costs", lambda lm, name, sized_tree=False: costs)
+
+
+def test_mix_recalls_an_earlier_answer_through_its_recipe_book_and_stays_exact(tiny, monkeypatch):
+    from dataclasses import replace
+
+    from specdec_core.generation import generate
+
+    _fixed_costs(monkeypatch)
+    prompt = "Name the planets in order."
+    reference = generate(tiny, prompt, replace(_mix_spec(False), mode="ar"))
+    history = SuffixHistory()
+    first = generate(tiny, prompt, _mix_spec(True), history=history)
+    assert history.tokens.tolist()[:-1] == first.token_ids  # mix.finish handed the finished answer on
+    second = generate(tiny, prompt, _mix_spec(True), history=history)
+    assert first.token_ids == second.token_ids == reference.token_ids
+    sources = [s.draft_source for s in second.trace.steps if s.drafted]
+    assert any(s.startswith("suffix:history:") for s in sources)  # recalled from the first answer
+    assert second.metrics["target_forwards"] < first.metrics["target_forwards"]
+    without = generate(tiny, prompt, _mix_spec(False), history=SuffixHistory())
+    assert not any((s.draft_source or "").startswith("suffix") for s in without.trace.steps)  # off by default
+
+
+def test_mix_only_verifies_the_recipe_books_drafts_that_pay_under_its_cost():
+    """A recalled draft is cut to the length its own record and cost pay for; a costly book is never used."""
+    from specdec_core.drafters.mix import MixDrafter
+    from specdec_core.drafters.ngram import NgramDrafter
+
+    ratios = {d: 1.0 + 0.05 * d for d in range(17)}
+    history = SuffixHistory()
+    history.add(list(range(100, 140)))
+    for c, expect in ((0.0, True), (5.0, False)):
+        mix = MixDrafter(NgramDrafter(1, 3, ratios), [], ratios, (SuffixDrafter(SuffixOptions(suffix_factor=4.0), history), c))
+        mix.reset([1, 2, 100, 101, 102])
+        draft = mix.propose([1, 2, 100, 101, 102], 8, None, None)
+        assert bool(draft.tokens) == expect, (c, draft)
+        if expect:
+            assert draft.tokens == list(range(103, 103 + len(draft.tokens))) and mix.source == "suffix"
+
+
+def test_an_answer_in_flight_joins_the_history_as_it_grows_and_once():
+    history = SuffixHistory()
+    writer = SuffixDrafter(SuffixOptions(suffix_in_flight=True, suffix_factor=4.0), history)
+    writer.reset([7, 7])
+    writer.propose([7, 7, 1], 4, None, None)
+    writer.observe(0, [2, 3, 4], {})
+    assert history.tokens.tolist() == [1, 2, 3, 4, -1]  # before it finished: arctic's active response
+    reader = SuffixDrafter(SuffixOptions(suffix_factor=4.0), history)
+    reader.reset([9, 1, 2])
+    assert reader.propose([9, 1, 2], 2, None, None).tokens == [3, 4]  # a request served beside it recalls it
+    writer.finish()
+    assert history.size == 4  # not added a second time at the end
+    default = SuffixDrafter(SuffixOptions(), SuffixHistory())
+    default.reset([7])
+    default.observe(0, [1, 2], {})
+    assert default.history.size == 0  # by default only a finished answer joins
+
+
+def test_an_answer_in_flight_is_evicted_like_any_other():
+    history = SuffixHistory(max_tokens=5)
+    writer = SuffixDrafter(SuffixOptions(suffix_in_flight=True), history)
+    writer.reset([])
+    writer.observe(0, [1, 2, 3], {})
+    history.add([4, 5, 6])  # 6 tokens > 5: the oldest, the answer in flight, goes
+    writer.observe(0, [7], {})  # and it does not come back
+    assert history.tokens.tolist() == [4, 5, 6, -1] and history.size == 3

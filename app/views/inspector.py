@@ -73,7 +73,8 @@ if trace.config.get("tree", "chain") != "chain":
 sources = {}  # `mix`: which drafter proposed how many steps (None: a plain step, no drafts)
 for s in steps:
     if s.draft_source and trace.drafter == "mix":
-        sources[s.draft_source] = sources.get(s.draft_source, 0) + 1
+        name = s.draft_source.split(":")[0]  # a recalled draft's source also says where from
+        sources[name] = sources.get(name, 0) + 1
 if sources:
     plain = sum(not s.drafted for s in steps)
     counts = ", ".join(f"{widgets.drafter_label(name)}: {n}" for name, n in sources.items())
@@ -126,8 +127,9 @@ elif step.tree_parents:
         st.markdown(t(f"insp_extra_{kind}", token=tokens_html.token_span(step.extra.piece, kind), p=f"{step.extra.prob or 0:.3f}"),
                     unsafe_allow_html=True)
 else:
-    if step.draft_source and step.draft_source != trace.drafter:  # `mix` chose this step's drafter
-        st.caption(t("insp_draft_source", source=widgets.drafter_label(step.draft_source)))
+    chosen = (step.draft_source or "").split(":")[0]
+    if chosen and chosen != trace.drafter:  # `mix` chose this step's drafter
+        st.caption(t("insp_draft_source", source=widgets.drafter_label(chosen)))
     n = len(step.drafted)
 
     def verdict(i: int) -> str:

@@ -23,7 +23,7 @@ import torch
 from ..costmodel import measured_raw_ratios, measured_verify_ratios
 from ..errors import SpecDecError, ensure_writable
 from ..decode import GenerationConfig
-from ..drafters import DraftNet, ReducedVocab, SuffixHistory, drafter_options
+from ..drafters import DraftNet, ReducedVocab, SuffixHistory, drafter_options, uses_history
 from ..drafters.suffix import new_history
 from ..drafters.draft import causal_lm
 from ..drafters.weights import drafter_module
@@ -328,7 +328,7 @@ class Histories:
 
     def get(self, mode: Mode, config: GenerationConfig, repeat: int) -> SuffixHistory | None:
         config = mode_config(config, mode)
-        if self.kind == "fresh" or config.mode != "spec" or config.drafter != "suffix":
+        if self.kind == "fresh" or not uses_history(config):
             return None
         key = (repeat, config.k, config.temperature, mode.label)
         if key not in self.kept:

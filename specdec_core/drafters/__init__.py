@@ -6,7 +6,7 @@ caller measured beforehand (`costs_needed` says which): building a drafter never
 """
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Mapping
 
 from ..costmodel import DraftCosts
@@ -18,7 +18,7 @@ from .block import BlockDrafter, BlockNet, ParallelBlockNet
 from .draft import DraftNet, serving_lm
 from .eagle import EagleDrafter, EagleNet
 from .heads import HeadsDrafter, MedusaHeads
-from .mix import MixDrafter
+from .mix import MixDrafter, MixOptions
 from .ngram import NgramDrafter, NgramOptions
 from .quant import QuantOptions, quant_drafter
 from .sim import SimOptions, SimulatedDrafter
@@ -39,7 +39,7 @@ MIX_MODELS = ("quant",)
 TREE_DRAFTERS: dict[str, tuple[str, ...]] = {"static": ("heads",),
                                              "dynamic": ("heads", "draft", "eagle", "early-exit", "quant", "block",
                                                          "block-parallel", "suffix")}
-OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": NgramOptions,
+OPTIONS: dict[str, type] = {"ngram": NgramOptions, "ngram-fixed": NgramOptions, "mix": MixOptions,
                             "sim": SimOptions, "early-exit": EarlyExitOptions, "quant": QuantOptions,
                             "suffix": SuffixOptions}
 OPTION_NAMES = tuple(sorted({f.name for cls in set(OPTIONS.values()) for f in fields(cls)}))
@@ -76,7 +76,16 @@ def costs_needed(name: str, sized_tree: bool = False) -> tuple[str, ...] | None:
     """What must be measured before `name` can be built: None nothing; () this machine's verify ratios;
     a tuple of drafter names: the ratios and each of those drafters' draft-step cost. sized_tree: it
     drafts trees sized by the cost table (`--tree-nodes 0`), which weigh the verify ratios."""
-    return {"ngram": (), "mix": MIX_MODELS}.get(name, () if sized_tree else None)
+    # mix: its model drafters, and the recipe book's proposal cost (a source only with mix_suffix)
+    return {"ngram": (), "mix": (*MIX_MODELS, "suffix")}.get(name, () if sized_tree else None)
+
+
+def uses_history(config) -> bool:
+    """Whether `config`'s drafter recalls earlier requests' outputs (a `SuffixHistory` worth keeping)."""
+    if config.mode != "spec":
+        return False
+    return config.drafter == "suffix" or (config.drafter == "mix" and
+                                          bool(drafter_options("mix", config.drafter_options).mix_suffix))
 
 
 def _tree_size(config, costs: DraftCosts | None) -> TreeSize | None:
@@ -138,7 +147,12 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
         if missing:
             raise ValueError(f"mix needs the measured draft cost of {', '.join(missing)} in its costs")
         models = [(make_drafter(model, lm, config), costs.draft_c[model]) for model in MIX_MODELS]
-        return MixDrafter(ngram, models, costs.verify_ratios)
+        suffix = None
+        if options.mix_suffix:
+            if "suffix" not in costs.draft_c:
+                raise ValueError("mix with mix_suffix needs the recipe book's measured proposal cost in its costs")
+            suffix = (make_drafter("suffix", lm, replace(config, tree="chain"), history=history), costs.draft_c["suffix"])
+        return MixDrafter(ngram, models, costs.verify_ratios, suffix)
     raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
 
 
@@ -151,6 +165,6 @@ def _verify_ratios(costs: DraftCosts | None, name: str, k: int) -> dict[int, flo
 
 __all__ = ["DRAFTERS", "MIX_MODELS", "OPTIONS", "OPTION_NAMES", "TRAINED", "TREE_DRAFTERS", "BlockDrafter", "BlockNet", "Draft",
            "DraftModelDrafter", "DraftNet", "Drafter", "EagleDrafter", "EagleNet", "HeadsDrafter", "MedusaHeads",
-           "MixDrafter", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "SuffixDrafter",
+           "MixDrafter", "MixOptions", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "SuffixDrafter",
            "SuffixHistory", "SuffixOptions", "check_drafter", "costs_needed", "drafter_options", "early_exit_model",
-           "make_drafter", "module_vocab"]
+           "make_drafter", "module_vocab", "uses_history"]

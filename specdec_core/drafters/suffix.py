@@ -21,8 +21,10 @@ Two indexes, as in the paper:
   likewise adds an active request's response to its tree as it grows), so a request copies from its own
   earlier answer turns and from the prompt as n-gram lookup does, but sized and weighted by counts;
 - `SuffixHistory`, one index over the outputs of completed requests, shared by every request of a run like
-  serving's survival statistics, bounded in tokens (the oldest request evicted first). A request joins it
-  when it finishes (`SuffixHistory.add`), never while in flight and never from a warm-up.
+  serving's survival statistics, bounded in tokens (the oldest request evicted first). By default a
+  request joins it when it finishes (`SuffixHistory.add`), never from a warm-up. With `suffix_in_flight`
+  its answer joins as it grows, as in arctic-inference's global tree: the request then also meets its own
+  answer there, and requests served together meet each other's partial answers.
 
 Speculation (the paper's §3.2): for each match length m = 1, 2, … (stopping at the first length that does
 not occur) take the node of the context's last m tokens and grow a proposal from it of at most
@@ -33,8 +35,8 @@ context's length (the whole context is never the match):
   count(node), stays at or above `min_prob`;
 - tree: best first over all children by path probability, the same floor, the same number of nodes.
 A proposal's score is the sum of its nodes' path probabilities, its expected accepted length if the
-counts were the target's probabilities; the best score over both indexes and all m is proposed (a tie
-goes to the longer match, then to the request's own index).
+counts were the target's probabilities; the best score over both indexes and all m is proposed (within
+an index a tie goes to the longer match; between the two, to the request's own, as in arctic-inference).
 
 The drafts are chosen, not sampled: q is one-hot (`Draft.q` None), so sampled verification accepts a
 draft x with the target's p(x) and resamples from p with x removed (`sampling`, `trees/verify.py`):
@@ -67,6 +69,9 @@ class SuffixOptions:
     suffix_offset: float = 0.0  # (max_spec_offset)
     suffix_min_prob: float = 0.1  # a proposal stops where its path probability falls below this (min_token_prob)
     suffix_history: int = 200_000  # tokens the history keeps; the oldest request is evicted first
+    # the answer so far joins the history as it grows (arctic-inference's add_active_response: a request
+    # meets its own answer there, concurrent requests each other's); off: only finished answers join
+    suffix_in_flight: bool = False
     suffix_impl: str = "lab"  # "lab" (this file) or "arctic" (arctic-inference's cache, `suffix_arctic.py`)
 
     def validate(self, num_layers: int) -> None:
@@ -222,29 +227,52 @@ class SuffixIndex:
 
 
 class SuffixHistory(SuffixIndex):
-    """The outputs of completed requests, shared by all requests of a run; at most `max_tokens` tokens,
-    the oldest request evicted first. `bench --history run` keeps one for a whole run; `fresh` gives every
-    prompt an empty one."""
+    """The outputs of earlier requests, shared by all requests of a run; at most `max_tokens` tokens, the
+    oldest request evicted first. `bench --history run` keeps one for a whole run; `fresh` gives every
+    prompt an empty one. An answer joins when its request finishes (`add`) or, with `suffix_in_flight`,
+    as it grows (`open`, then `grow` every step, as arctic-inference's global tree does)."""
 
     def __init__(self, max_tokens: int = SuffixOptions.suffix_history) -> None:
         super().__init__()
         self.max_tokens = max_tokens
         self._sizes: deque[int] = deque()
+        self._slots: deque[int] = deque()  # each part's slot id (an in-flight answer grows its own)
+        self._next_slot = 0
+
+    def open(self) -> int:
+        """A slot for an answer that joins as it grows; its id for `grow`."""
+        slot, self._next_slot = self._next_slot, self._next_slot + 1
+        self._parts.append(np.empty(0, dtype=np.int64))
+        self._sizes.append(0)
+        self._slots.append(slot)
+        return slot
+
+    def grow(self, slot: int, tokens: list[int]) -> None:
+        """Append to the answer of `slot` (nothing if it has been evicted already)."""
+        if not tokens or slot not in self._slots:
+            return
+        i = self._slots.index(slot)
+        self._parts[i] = np.concatenate([self._parts[i], np.asarray(tokens, dtype=np.int64)])
+        self._sizes[i] += len(tokens)
+        self._tokens = None
+        self._evict()
 
     def add(self, output: list[int]) -> None:
         """A request finished: index its output (the prompt is not kept: it is the learner's, not the model's)."""
         if not output or self.max_tokens == 0:
             return
-        self._parts.append(np.asarray(output[-self.max_tokens:], dtype=np.int64))
-        self._sizes.append(self._parts[-1].size)
-        while sum(self._sizes) > self.max_tokens:  # evict the oldest whole request
+        self.grow(self.open(), output[-self.max_tokens:])
+
+    def _evict(self) -> None:
+        while sum(self._sizes) > self.max_tokens:  # the oldest whole request goes first
             self._parts.pop(0)
             self._sizes.popleft()
-        self._tokens = None
+            self._slots.popleft()
 
     def clear(self) -> None:
         self._parts.clear()
         self._sizes.clear()
+        self._slots.clear()
         self._tokens = None
 
     @property
@@ -275,6 +303,7 @@ class SuffixDrafter(Drafter):
         self.own.extend(prompt_ids)
         self.indexed = len(prompt_ids)  # tokens of the context the own index holds
         self.output: list[int] = []
+        self.slot: int | None = None  # in flight: the history's slot this answer grows (opened by its first token)
         self.last: Proposal | None = None  # the pending proposal, for the inspector
 
     def _take(self, tokens: list[int]) -> None:
@@ -283,6 +312,10 @@ class SuffixDrafter(Drafter):
         self.own.extend(tokens)
         self.indexed += len(tokens)
         self.output += tokens
+        if self.options.suffix_in_flight and tokens:
+            if self.slot is None:
+                self.slot = self.history.open()
+            self.history.grow(self.slot, tokens)
 
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         # The first token comes from the prompt's forward, which no drafter observes: the context has it.
@@ -290,8 +323,8 @@ class SuffixDrafter(Drafter):
         candidates = [self.own.propose(context, k, self.options, self.tree, "request"),
                       self.history.propose(context, k, self.options, self.tree, "history")]
         found = [c for c in candidates if c is not None]
-        # the highest score; a tie goes to the longer match, then to the request's own index (listed first)
-        self.last = max(found, key=lambda c: (c.score, c.match), default=None)
+        # the highest score; a tie goes to the request's own index (listed first), as in arctic-inference
+        self.last = max(found, key=lambda c: c.score, default=None)
         if self.last is None:
             return Draft([], None)  # nothing recalled: a plain step
         last = self.last
@@ -305,7 +338,8 @@ class SuffixDrafter(Drafter):
     def finish(self) -> None:
         """The request is done: its output joins the shared history (a request that stopped at its first
         token, before any proposal, adds nothing: no drafter saw that token)."""
-        self.history.add(self.output)
+        if not self.options.suffix_in_flight:  # (in flight, it has joined already)
+            self.history.add(self.output)
 
     def memory_bytes(self) -> int:
         return int(self.own.tokens.nbytes) + (self.history.nbytes() if self.owns_history else 0)

@@ -65,6 +65,7 @@ class ArcticSuffixDrafter(Drafter):
         self.history = history if history is not None else ArcticHistory(options)
         self.tree = tree
         self.request: int | None = None
+        self.score = 0.0  # the last proposal's score (sum of its path probabilities), for a comparison
         self.reset([])
 
     def reset(self, prompt_ids: list[int]) -> None:
@@ -86,6 +87,7 @@ class ArcticSuffixDrafter(Drafter):
         draft = self.history.cache.speculate(self.request, context[-o.suffix_depth:], max_spec_tokens=k,
                                              max_spec_factor=o.suffix_factor, max_spec_offset=o.suffix_offset,
                                              min_token_prob=o.suffix_min_prob, use_tree_spec=self.tree)
+        self.score = draft.score
         if not draft.token_ids:
             return Draft([], None)
         # arctic reports each node's path probability; the engine's confidence is the conditional one
