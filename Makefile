@@ -34,8 +34,9 @@ browser:
 
 # The test suite, then every notebook of both languages executed top to bottom (8 + 26 min measured on a 2-core Xeon from a fresh clone, 2026-12-01),
 # then the predict-then-run quiz keys against the experiment values those notebooks just measured.
-# Set-up includes llama.cpp's server (`llama-server` below), which tests/test_remote.py starts on loopback.
-test: setup browser llama-server
+# Set-up includes llama.cpp's server (`llama-server` below), which tests/test_remote.py starts on loopback, and
+# arctic-inference's suffix decoding (`arctic`, built in 19 s here), which tests/test_suffix.py compares with the lab's.
+test: setup browser llama-server arctic
 	$(PY) -m specdec_core prepare
 	$(PY) -m pytest tests --durations=15 -q
 	$(PY) -m pytest --nbmake --nbmake-timeout=420 notebooks -q --durations=30

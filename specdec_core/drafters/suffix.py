@@ -13,8 +13,9 @@ it, the array of positions where s ends (what a suffix array stores as an interv
     extending the match one token  = filtering those positions by the token before them   O(|node|)
     a node's children and counts   = counting the tokens right after its positions         O(|node|)
 
-for L indexed tokens. Memory is the tokens themselves (4 bytes each), against O(L·D) nodes for a tree
-stored node by node, which at the history's 200k tokens would not fit a teaching machine in Python.
+for L indexed tokens. Memory is the tokens themselves (8 bytes each, int64: 1.6 MB at the history's bound),
+against O(L·D) nodes for a tree stored node by node, which at 200k tokens would not fit a teaching machine
+in Python.
 
 Two indexes, as in the paper:
 - the request's own, over prompt + output so far. Emitted tokens join it at once (arctic-inference
