@@ -29,11 +29,11 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path, tiny, monkeypatch
     out = tmp_path / "b.json"
     real, calls = bench_run.run_case, []
 
-    def stop_at_the_third_prompt(lm, peers, mode, case, config):
+    def stop_at_the_third_prompt(lm, peers, mode, case, config, history=None):
         calls.append(case.id)
         if len(set(calls)) == 3:  # the warm-up (on the first prompt), two measured prompts, then stop
             raise KeyboardInterrupt
-        return real(lm, peers, mode, case, config)
+        return real(lm, peers, mode, case, config, history)
 
     monkeypatch.setattr(bench_run, "run_case", stop_at_the_third_prompt)
     assert _bench(out) == 130

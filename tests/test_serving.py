@@ -248,7 +248,7 @@ def batched_second_tokens(lm, monkeypatch, drafter: str | None = None, scheduler
     exact = second_token_distribution(lm)
     if drafter is None:
         support = torch.topk(exact, 8).indices.tolist()
-        monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None, costs=None: UniformDrafter(support, len(exact)))
+        monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None, costs=None, history=None: UniformDrafter(support, len(exact)))
     counts: dict[int, int] = {}
     lengths: set[int] = set()
     for start in range(0, N, 16):

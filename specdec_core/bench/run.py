@@ -23,8 +23,7 @@ import torch
 from ..costmodel import measured_raw_ratios, measured_verify_ratios
 from ..errors import SpecDecError, ensure_writable
 from ..decode import GenerationConfig
-from ..drafters import DraftNet, ReducedVocab, SuffixHistory, drafter_options, uses_history
-from ..drafters.suffix import new_history
+from ..drafters import DraftNet, ReducedVocab, SuffixHistory, drafter_options, new_history, uses_history
 from ..drafters.draft import causal_lm
 from ..drafters.weights import drafter_module
 from ..generation import check, generate

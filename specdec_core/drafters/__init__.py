@@ -70,6 +70,19 @@ def check_drafter(name: str, values: Mapping[str, object], lm: LoadedModel, tree
     options = drafter_options(name, values)
     if options is not None:
         options.validate(lm.model.config.num_hidden_layers)
+    if name == "suffix" and options.suffix_impl == "arctic":
+        from .suffix_arctic import arctic_cache_class
+
+        arctic_cache_class()  # built? (a one-line error naming `make arctic` if not)
+
+
+def new_history(options: SuffixOptions):
+    """An empty history for suffix drafters built with `options` (arctic's cache for `impl=arctic`)."""
+    if options.suffix_impl == "arctic":
+        from .suffix_arctic import ArcticHistory
+
+        return ArcticHistory(options)
+    return SuffixHistory(options.suffix_history)
 
 
 def costs_needed(name: str, sized_tree: bool = False) -> tuple[str, ...] | None:
@@ -167,4 +180,4 @@ __all__ = ["DRAFTERS", "MIX_MODELS", "OPTIONS", "OPTION_NAMES", "TRAINED", "TREE
            "DraftModelDrafter", "DraftNet", "Drafter", "EagleDrafter", "EagleNet", "HeadsDrafter", "MedusaHeads",
            "MixDrafter", "MixOptions", "NgramDrafter", "ParallelBlockNet", "ReducedVocab", "SimulatedDrafter", "SuffixDrafter",
            "SuffixHistory", "SuffixOptions", "check_drafter", "costs_needed", "drafter_options", "early_exit_model",
-           "make_drafter", "module_vocab", "uses_history"]
+           "make_drafter", "module_vocab", "new_history", "uses_history"]

@@ -86,10 +86,6 @@ class SuffixOptions:
             raise SpecDecError(f"suffix-history must be >= 0 tokens (got {self.suffix_history})")
         if self.suffix_impl not in ("lab", "arctic"):
             raise SpecDecError(f"suffix-impl must be lab or arctic (got {self.suffix_impl!r})")
-        if self.suffix_impl == "arctic":
-            from .suffix_arctic import arctic_cache_class
-
-            arctic_cache_class()  # built? (a one-line error naming `make arctic` if not)
 
 
 @dataclass
@@ -345,11 +341,3 @@ class SuffixDrafter(Drafter):
     def memory_bytes(self) -> int:
         return int(self.own.tokens.nbytes) + (self.history.nbytes() if self.owns_history else 0)
 
-
-def new_history(options: SuffixOptions):
-    """An empty history for drafters built with `options` (arctic's cache for `impl=arctic`)."""
-    if options.suffix_impl == "arctic":
-        from .suffix_arctic import ArcticHistory
-
-        return ArcticHistory(options)
-    return SuffixHistory(options.suffix_history)
