@@ -276,7 +276,7 @@ def batched_tree_second_tokens(lm, monkeypatch) -> dict[int, int]:
     exact = second_token_distribution(lm)
     q = torch.zeros_like(exact)
     q[torch.topk(exact, 8).indices[:4]] = 0.25  # the tree names 3 of the 4 most likely tokens
-    monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None, costs=None: TopRankedTree(q))
+    monkeypatch.setattr(engine_module, "serving_drafter", lambda lm_, config, survival=None, costs=None, history=None: TopRankedTree(q))
     counts: dict[int, int] = {}
     for start in range(0, TREE_N, 16):
         configs = [sd.GenerationConfig(mode="spec", drafter="ngram", k=2, max_new_tokens=4, seed=start + i, **SAMPLING)
