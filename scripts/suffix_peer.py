@@ -34,11 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from specdec_core.decode import GenerationConfig, new_state, run  # noqa: E402
-from specdec_core.drafters.suffix import SuffixDrafter, SuffixHistory, SuffixIndex, SuffixOptions  # noqa: E402
+from specdec_core.drafters.suffix import SuffixDrafter, SuffixHistory, SuffixOptions  # noqa: E402
 from specdec_core.drafters.suffix_arctic import ArcticHistory, ArcticSuffixDrafter  # noqa: E402
 from specdec_core.drafting import Draft, Drafter  # noqa: E402
 from specdec_core.models import load_model  # noqa: E402
@@ -48,8 +47,7 @@ from specdec_core.suite import load_prompts  # noqa: E402
 
 def with_arctic_semantics(lab: SuffixDrafter, context: list[int], prompt_len: int, k: int) -> list[int]:
     """What the lab proposes when the answer so far sits in its history too (arctic's global tree)."""
-    answers = SuffixIndex()
-    answers._parts = [*lab.history._parts, np.asarray(context[prompt_len:], dtype=np.int64)]
+    answers = SuffixHistory.of([*lab.history.answers(), context[prompt_len:]])
     own = lab.own.propose(context, k, lab.options, lab.tree, "request")
     shared = answers.propose(context, k, lab.options, lab.tree, "history")
     if shared is not None and (own is None or shared.score > own.score):  # a tie stays with the request's own

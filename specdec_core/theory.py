@@ -55,6 +55,22 @@ def best_k(alpha: float, c: float, k_max: int = 16, verify_ratios: dict[int, flo
     return max(range(k_min, k_max + 1), key=speedup)
 
 
+def expected_rate(conditional: list[float], c: float, verify_ratios: Mapping[int, float]) -> float:
+    """Tokens per unit of target-forward time of verifying drafts with these conditional survivals a_1 .. a_d
+    (draft cost c per drafted token): (1 + a_1 + a_1·a_2 + …) / (R(d) + d·c), against 1 for a plain step."""
+    survival, tokens = 1.0, 1.0
+    for a in conditional:
+        survival *= a
+        tokens += survival
+    d = len(conditional)
+    return tokens / (verify_ratios.get(d, verify_ratios[max(verify_ratios)]) + d * c)
+
+
+def best_length(conditional: list[float], c: float, verify_ratios: Mapping[int, float]) -> tuple[float, int]:
+    """(expected rate, d) of the most paying draft length d = 1 .. len(conditional)."""
+    return max((expected_rate(conditional[:d], c, verify_ratios), d) for d in range(1, len(conditional) + 1))
+
+
 def speedup_by_k(tau: Mapping[int, float], verify_ratios: Mapping[int, float], c: float) -> dict[int, float]:
     """k -> the walltime speedup of drafting k tokens a step, from *measured* tokens per step tau[k] (e.g.
     walked offline on held-out data, which tracks the decode loop) instead of an i.i.d. alpha:

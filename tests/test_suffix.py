@@ -367,21 +367,49 @@ def test_mix_recalls_an_earlier_answer_through_its_recipe_book_and_stays_exact(t
     assert not any((s.draft_source or "").startswith("suffix") for s in without.trace.steps)  # off by default
 
 
-def test_mix_only_verifies_the_recipe_books_drafts_that_pay_under_its_cost():
-    """A recalled draft is cut to the length its own record and cost pay for; a costly book is never used."""
+def test_the_cut_verifies_only_what_its_record_pays_for_and_learns_from_rejections():
+    """The book's proposal is cut to the prefix that pays under the verify ratios and its running survival
+    per match length; where nothing pays, a plain step. Without ratios (the peer's proposer) it drafts all."""
+    history = SuffixHistory()
+    history.add(list(range(100, 140)))
+    context = [1, 2, 100, 101, 102]
+    options = SuffixOptions(suffix_factor=4.0)
+    cheap = {d: 1.0 + 0.05 * d for d in range(17)}
+    costly = {d: 1.0 + 2.0 * d for d in range(17)}  # a drafted token costs two plain steps: nothing pays
+    full = SuffixDrafter(options, history)
+    full.reset(context)
+    assert full.propose(context, 8, None, None).tokens == list(range(103, 111))
+    for ratios, drafts in ((cheap, True), (costly, False)):
+        cut = SuffixDrafter(options, history, verify_ratios=ratios)
+        cut.reset(context)
+        draft = cut.propose(context, 8, None, None)
+        assert bool(draft.tokens) == drafts and (cut.rate >= 1.0) == drafts, (ratios, draft)
+    # rejections teach it: after the first drafted token is rejected again and again, it stops drafting
+    cut = SuffixDrafter(options, history, verify_ratios=cheap)
+    cut.reset(context)
+    lengths = []
+    for _ in range(30):  # a_1 falls as 1/(2 + rejections); one draft pays at R(1) = 1.05 until a_1 < 0.05
+        draft = cut.propose(context, 8, None, None)
+        lengths.append(len(draft.tokens))
+        cut.observe(0, [], {}, verified=len(draft.tokens))
+    assert lengths[0] > 1 and lengths[-1] == 0, lengths
+
+
+def test_mix_weighs_the_books_cut_proposal_and_withdraws_it_when_another_wins():
     from specdec_core.drafters.mix import MixDrafter
     from specdec_core.drafters.ngram import NgramDrafter
 
     ratios = {d: 1.0 + 0.05 * d for d in range(17)}
     history = SuffixHistory()
     history.add(list(range(100, 140)))
-    for c, expect in ((0.0, True), (5.0, False)):
-        mix = MixDrafter(NgramDrafter(1, 3, ratios), [], ratios, (SuffixDrafter(SuffixOptions(suffix_factor=4.0), history), c))
-        mix.reset([1, 2, 100, 101, 102])
-        draft = mix.propose([1, 2, 100, 101, 102], 8, None, None)
-        assert bool(draft.tokens) == expect, (c, draft)
-        if expect:
-            assert draft.tokens == list(range(103, 103 + len(draft.tokens))) and mix.source == "suffix"
+    book = SuffixDrafter(SuffixOptions(suffix_factor=4.0), history, verify_ratios=ratios)
+    mix = MixDrafter(NgramDrafter(1, 3, ratios), [], ratios, book)
+    mix.reset([1, 2, 100, 101, 102])
+    draft = mix.propose([1, 2, 100, 101, 102], 8, None, None)
+    assert draft.tokens == list(range(103, 103 + len(draft.tokens))) and mix.source == "suffix" and book.pending
+    mix.reset([5, 6, 7, 5, 6])  # the request repeats itself: the free lookup copies, and the book is not verified
+    draft = mix.propose([5, 6, 7, 5, 6], 8, None, None)
+    assert mix.source == "ngram" and book.pending is None
 
 
 def test_an_answer_in_flight_joins_the_history_as_it_grows_and_once():

@@ -43,7 +43,7 @@ import torch
 
 from ..suite import PROMPTS_DIR, PromptCase, load_prompts
 from ..decode import GenerationConfig
-from ..drafters import SuffixHistory
+from ..drafters import drafter_options, new_history, uses_history
 from ..errors import SpecDecError
 from ..models import LoadedModel, cache_dir
 from ..serving.costs import CostTable, measure_cost_table
@@ -135,7 +135,8 @@ def level_order(cases: list[PromptCase], concurrency: int, requests_per_level: i
 def run_level(lm: LoadedModel, scheme: str, concurrency: int, cases: list[PromptCase], cfg: LoadConfig,
               costs: CostTable, progress=None) -> tuple[list[Request], ServingEngine]:
     config, scheduler = scheme_config(scheme, cfg)
-    history = SuffixHistory() if cfg.history == "run" and cfg.drafter == "suffix" else None  # default bound
+    history = (new_history(drafter_options("suffix", config.drafter_options))
+               if cfg.history == "run" and uses_history(config) else None)
     engine = ServingEngine(lm, make_scheduler(scheduler, cfg.threshold), costs, force_ar=cfg.force_ar,
                            drafter_costs=drafter_costs(lm, cfg.drafter), history=history)
     order = cases if cfg.learners else level_order(cases, concurrency, cfg.requests_per_level)

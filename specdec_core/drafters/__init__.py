@@ -89,8 +89,8 @@ def costs_needed(name: str, sized_tree: bool = False) -> tuple[str, ...] | None:
     """What must be measured before `name` can be built: None nothing; () this machine's verify ratios;
     a tuple of drafter names: the ratios and each of those drafters' draft-step cost. sized_tree: it
     drafts trees sized by the cost table (`--tree-nodes 0`), which weigh the verify ratios."""
-    # mix: its model drafters, and the recipe book's proposal cost (a source only with mix_suffix)
-    return {"ngram": (), "mix": (*MIX_MODELS, "suffix")}.get(name, () if sized_tree else None)
+    # mix: its model drafters' step costs; suffix: the ratios its cut weighs (a free proposal, like n-gram's)
+    return {"ngram": (), "suffix": (), "mix": MIX_MODELS}.get(name, () if sized_tree else None)
 
 
 def uses_history(config) -> bool:
@@ -124,7 +124,8 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
             from .suffix_arctic import ArcticSuffixDrafter
 
             return ArcticSuffixDrafter(options, history, tree=config.tree != "chain")
-        return SuffixDrafter(options, history, tree=config.tree != "chain")
+        ratios = _verify_ratios(costs, name, config.k) if options.suffix_cut and config.tree == "chain" else None
+        return SuffixDrafter(options, history, tree=config.tree != "chain", verify_ratios=ratios)
     tree = _tree_size(config, costs)
     if name in ("ngram", "ngram-fixed"):
         ratios = _verify_ratios(costs, name, config.k) if name == "ngram" else None
@@ -161,10 +162,9 @@ def make_drafter(name: str, lm: LoadedModel, config, costs: DraftCosts | None = 
             raise ValueError(f"mix needs the measured draft cost of {', '.join(missing)} in its costs")
         models = [(make_drafter(model, lm, config), costs.draft_c[model]) for model in MIX_MODELS]
         suffix = None
-        if options.mix_suffix:
-            if "suffix" not in costs.draft_c:
-                raise ValueError("mix with mix_suffix needs the recipe book's measured proposal cost in its costs")
-            suffix = (make_drafter("suffix", lm, replace(config, tree="chain"), history=history), costs.draft_c["suffix"])
+        if options.mix_suffix:  # the book with its cut (the config's suffix options, if any)
+            book = replace(config, tree="chain", drafter_options={**config.drafter_options, "suffix_cut": True})
+            suffix = make_drafter("suffix", lm, book, costs, history)
         return MixDrafter(ngram, models, costs.verify_ratios, suffix)
     raise SpecDecError(f"unknown drafter {name!r}: choose one of {', '.join(DRAFTERS)}")
 

@@ -13,9 +13,9 @@ it, the array of positions where s ends (what a suffix array stores as an interv
     extending the match one token  = filtering those positions by the token before them   O(|node|)
     a node's children and counts   = counting the tokens right after its positions         O(|node|)
 
-for L indexed tokens. Memory is the tokens themselves (8 bytes each, int64: 1.6 MB at the history's bound),
-against O(L·D) nodes for a tree stored node by node, which at 200k tokens would not fit a teaching machine
-in Python.
+for L indexed tokens. Memory is the tokens themselves (int64, in an array grown by doubling: at most 3.2 MB
+at the history's bound), against O(L·D) nodes for a tree stored node by node, which at 200k tokens would
+not fit a teaching machine in Python.
 
 Two indexes, as in the paper:
 - the request's own, over prompt + output so far. Emitted tokens join it at once (arctic-inference
@@ -39,6 +39,14 @@ A proposal's score is the sum of its nodes' path probabilities, its expected acc
 counts were the target's probabilities; the best score over both indexes and all m is proposed (within
 an index a tie goes to the longer match; between the two, to the request's own, as in arctic-inference).
 
+Paying for itself (`suffix_cut`, on by default; off in the proposer compared with arctic-inference): a
+score is an expected length only if the counts were the target's probabilities, and every drafted token
+makes the verify forward longer. So, as the n-gram lookup does, the drafter keeps a running conditional
+survival per match length (what the target actually accepted after a match of m tokens) and verifies only
+the prefix of the proposal that pays under this machine's measured verify ratios, or nothing when a plain
+step pays more. The proposal is computed either way (its cost is paid before the choice, so the cut
+charges it nothing). Chains only: a tree's size is its own.
+
 The drafts are chosen, not sampled: q is one-hot (`Draft.q` None), so sampled verification accepts a
 draft x with the target's p(x) and resamples from p with x removed (`sampling`, `trees/verify.py`):
 lossless at any temperature. The confidence of each draft is its conditional frequency, known from the
@@ -57,8 +65,13 @@ import torch
 from ..drafting import Draft, Drafter
 from ..errors import SpecDecError
 from ..sampling import SamplingParams
+from ..theory import best_length
+from .ngram import SurvivalStats
 
 SEPARATOR = -1  # between indexed sequences: no match and no continuation crosses it
+# The cut's survival is kept per match length m up to this; longer matches share the last row.
+MATCH_ROWS = 8
+SMALL_NODE = 48  # nodes of up to this many occurrences count their children in plain Python
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,8 @@ class SuffixOptions:
     # meets its own answer there, concurrent requests each other's); off: only finished answers join
     suffix_in_flight: bool = False
     suffix_impl: str = "lab"  # "lab" (this file) or "arctic" (arctic-inference's cache, `suffix_arctic.py`)
+    # verify only as much of a chain as its record pays for on this machine (see the docstring); off: all of it
+    suffix_cut: bool = True
 
     def validate(self, num_layers: int) -> None:
         if self.suffix_depth < 1:
@@ -118,12 +133,26 @@ def _ends(tokens: np.ndarray, context: list[int], depth: int):
         m += 1
 
 
-def _children(tokens: np.ndarray, ends: np.ndarray) -> list[tuple[int, np.ndarray]]:
+def _children(tokens: np.ndarray, ends: np.ndarray, first_only: bool = False) -> list[tuple[int, np.ndarray]]:
     """A node's children, most frequent first: (token, its positions' ends). Ties in count are broken as
     arctic-inference's tree orders its children (so the two propose alike): among children seen once, the
     one met first; among children seen c ≥ 2 times, the one whose c-th occurrence came last (a child moves
-    to the front of its new count's group each time its count grows)."""
+    to the front of its new count's group each time its count grows). first_only: just the first (a chain's)."""
     inside = ends[ends < tokens.size]
+    if inside.size == 1:  # one occurrence (most long matches): one child, no counting
+        token = int(tokens[inside[0]])
+        return [] if token == SEPARATOR else [(token, inside + 1)]
+    if inside.size <= SMALL_NODE:  # counted in Python: cheaper than numpy's sorts on a few dozen tokens
+        seen: dict[int, list[int]] = {}  # token -> [count, first index, last index]
+        following = tokens[inside].tolist()
+        for j, token in enumerate(following):
+            if token != SEPARATOR:
+                entry = seen.setdefault(token, [0, j, j])
+                entry[0] += 1
+                entry[2] = j
+        ranked = sorted(seen, key=lambda t: (-seen[t][0], -seen[t][2] if seen[t][0] > 1 else seen[t][1]))
+        return [(token, inside[[j for j, u in enumerate(following) if u == token]] + 1)
+                for token in ranked[:1 if first_only else None]]
     following = tokens[inside]
     inside, following = inside[following != SEPARATOR], following[following != SEPARATOR]
     if not following.size:
@@ -131,14 +160,14 @@ def _children(tokens: np.ndarray, ends: np.ndarray) -> list[tuple[int, np.ndarra
     values, first, counts = np.unique(following, return_index=True, return_counts=True)  # `inside` is sorted
     last = following.size - 1 - np.unique(following[::-1], return_index=True)[1]
     order = np.lexsort((np.where(counts > 1, -last, first), -counts))
-    return [(int(values[i]), inside[following == values[i]] + 1) for i in order]
+    return [(int(values[i]), inside[following == values[i]] + 1) for i in order[:1 if first_only else None]]
 
 
 def _chain(tokens: np.ndarray, ends: np.ndarray, budget: int, min_prob: float) -> tuple[list[int], list[float], float]:
     """Follow the most frequent child while the path probability stays >= min_prob: O(budget · |node|)."""
     drafted, confidence, score, prob = [], [], 0.0, 1.0
     for _ in range(budget):
-        children = _children(tokens, ends)
+        children = _children(tokens, ends, first_only=True)
         if not children:
             break
         token, child = children[0]
@@ -184,30 +213,42 @@ def _tree(tokens: np.ndarray, ends: np.ndarray, budget: int, min_prob: float,
 
 
 class SuffixIndex:
-    """Token sequences laid end to end with a separator between them: the implicit suffix tree."""
+    """Token sequences laid end to end, each closed by a separator: the implicit suffix tree. The array
+    grows by doubling, so appending to the last sequence costs O(appended) amortised."""
 
     def __init__(self) -> None:
-        self._parts: list[np.ndarray] = []
-        self._tokens: np.ndarray | None = np.empty(0, dtype=np.int64)
+        self._buffer = np.empty(0, dtype=np.int64)
+        self._size = 0  # tokens of _buffer in use
 
     @property
     def tokens(self) -> np.ndarray:
-        if self._tokens is None:  # rebuilt lazily after a change: O(L)
-            pieces = [piece for part in self._parts for piece in (part, np.array([SEPARATOR]))]
-            self._tokens = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
-        return self._tokens
+        return self._buffer[:self._size]
+
+    def _reserve(self, n: int) -> None:
+        if self._size + n > self._buffer.size:
+            grown = np.empty(max(2 * self._buffer.size, self._size + n, 256), dtype=np.int64)
+            grown[:self._size] = self.tokens
+            self._buffer = grown
 
     def extend(self, tokens: list[int]) -> None:
         """Append tokens to the last sequence (the request's own index grows by its emitted tokens)."""
-        if not self._parts:
-            self._parts.append(np.empty(0, dtype=np.int64))
-        self._parts[-1] = np.concatenate([self._parts[-1], np.asarray(tokens, dtype=np.int64)])
-        self._tokens = None
+        if not self._size:
+            self._reserve(1)
+            self._buffer[0], self._size = SEPARATOR, 1  # an empty sequence, closed
+        self._reserve(len(tokens))
+        end = self._size - 1 + len(tokens)  # written over the closing separator, which moves to the end
+        self._buffer[self._size - 1:end] = tokens
+        self._buffer[end] = SEPARATOR
+        self._size = end + 1
+
+    def nbytes(self) -> int:
+        return int(self._buffer.nbytes)  # the array as allocated (up to twice the tokens held)
 
     def propose(self, context: list[int], k: int, options: SuffixOptions, tree: bool, index: str) -> Proposal | None:
         """The best proposal over every match length (see the module docstring), or None."""
         best: Proposal | None = None
         tokens = self.tokens
+        previous = None  # (node size, length limit, chain) of the last match length's chain
         for m, ends in _ends(tokens, context, options.suffix_depth):
             reach = options.suffix_depth - m  # the tree is cut at depth D
             # (1e-6: m·factor + offset on a whole number must not floor below it, as in arctic-inference)
@@ -217,7 +258,15 @@ class SuffixIndex:
             if tree:
                 drafted, parents, confidence, score = _tree(tokens, ends, budget, options.suffix_min_prob, reach)
             else:
-                (drafted, confidence, score), parents = _chain(tokens, ends, min(budget, reach), options.suffix_min_prob), None
+                limit = min(budget, reach)
+                # A longer match with the same occurrences is the same node's chain again: reuse it when the
+                # limit is the same or did not stop it (the common case past m = k; saves most of the counting).
+                if previous and previous[0] == ends.size and (previous[1] == limit or len(previous[2][0]) < min(limit, previous[1])):
+                    chain = previous[2]
+                else:
+                    chain = _chain(tokens, ends, limit, options.suffix_min_prob)
+                previous = (ends.size, limit, chain)
+                (drafted, confidence, score), parents = chain, None
             if drafted and (best is None or score >= best.score):  # >=: a tie goes to the longer match
                 best = Proposal(drafted, parents, confidence, score, m, int(ends.size), index)
         return best
@@ -232,27 +281,43 @@ class SuffixHistory(SuffixIndex):
     def __init__(self, max_tokens: int = SuffixOptions.suffix_history) -> None:
         super().__init__()
         self.max_tokens = max_tokens
-        self._sizes: deque[int] = deque()
+        self._parts: list[list[int]] = []  # each answer's tokens, oldest first (what eviction and a rebuild need)
         self._slots: deque[int] = deque()  # each part's slot id (an in-flight answer grows its own)
         self._next_slot = 0
+        self._held = 0  # tokens in _parts
+
+    @classmethod
+    def of(cls, answers: list[list[int]], max_tokens: int = SuffixOptions.suffix_history) -> "SuffixHistory":
+        """A history holding these answers, oldest first."""
+        history = cls(max_tokens)
+        for answer in answers:
+            history.add(list(answer))
+        return history
+
+    def answers(self) -> list[list[int]]:
+        """The answers held, oldest first (copies)."""
+        return [list(part) for part in self._parts]
 
     def open(self) -> int:
         """A slot for an answer that joins as it grows; its id for `grow`."""
         slot, self._next_slot = self._next_slot, self._next_slot + 1
-        self._parts.append(np.empty(0, dtype=np.int64))
-        self._sizes.append(0)
+        self._parts.append([])
         self._slots.append(slot)
+        self._reserve(1)
+        self._buffer[self._size], self._size = SEPARATOR, self._size + 1
         return slot
 
     def grow(self, slot: int, tokens: list[int]) -> None:
-        """Append to the answer of `slot` (nothing if it has been evicted already)."""
+        """Append to the answer of `slot` (nothing if it has been evicted already). The newest answer grows
+        in place; an older one (requests served together) rebuilds the array: O(L)."""
         if not tokens or slot not in self._slots:
             return
         i = self._slots.index(slot)
-        self._parts[i] = np.concatenate([self._parts[i], np.asarray(tokens, dtype=np.int64)])
-        self._sizes[i] += len(tokens)
-        self._tokens = None
-        self._evict()
+        self._parts[i] += tokens
+        self._held += len(tokens)
+        if i == len(self._parts) - 1:
+            super().extend(tokens)
+        self._evict(rebuild=i != len(self._parts) - 1)
 
     def add(self, output: list[int]) -> None:
         """A request finished: index its output (the prompt is not kept: it is the learner's, not the model's)."""
@@ -260,39 +325,46 @@ class SuffixHistory(SuffixIndex):
             return
         self.grow(self.open(), output[-self.max_tokens:])
 
-    def _evict(self) -> None:
-        while sum(self._sizes) > self.max_tokens:  # the oldest whole request goes first
-            self._parts.pop(0)
-            self._sizes.popleft()
+    def _evict(self, rebuild: bool) -> None:
+        while self._held > self.max_tokens:  # the oldest whole request goes first
+            self._held -= len(self._parts.pop(0))
             self._slots.popleft()
+            rebuild = True
+        if rebuild:
+            self._size = 0
+            for part in self._parts:
+                self._reserve(len(part) + 1)
+                self._buffer[self._size:self._size + len(part)] = part
+                self._buffer[self._size + len(part)] = SEPARATOR
+                self._size += len(part) + 1
 
     def clear(self) -> None:
         self._parts.clear()
-        self._sizes.clear()
         self._slots.clear()
-        self._tokens = None
+        self._held = self._size = 0
 
     @property
     def size(self) -> int:
         """Tokens held."""
-        return sum(self._sizes)
-
-    def nbytes(self) -> int:
-        return int(self.tokens.nbytes)
+        return self._held
 
 
 class SuffixDrafter(Drafter):
-    """Drafts from the request's own index and the shared history, whichever proposal scores higher."""
+    """Drafts from the request's own index and the shared history, whichever proposal scores higher;
+    with `verify_ratios` (the cut, chains only) only the prefix of it that pays on this machine."""
 
     name = "suffix"
 
     def __init__(self, options: SuffixOptions | None = None, history: SuffixHistory | None = None,
-                 tree: bool = False) -> None:
+                 tree: bool = False, verify_ratios: dict[int, float] | None = None) -> None:
+        """verify_ratios: d -> the measured cost of verifying d drafts over a plain step, for the cut
+        (None: propose in full, as arctic-inference does)."""
         self.options = options or SuffixOptions()
         # A shared history is reported once by its owner (the engine, the bench run), not by every request.
         self.owns_history = history is None
         self.history = history if history is not None else SuffixHistory(self.options.suffix_history)
         self.tree = tree
+        self.verify_ratios = None if tree else verify_ratios
         self.reset([])
 
     def reset(self, prompt_ids: list[int]) -> None:
@@ -302,6 +374,9 @@ class SuffixDrafter(Drafter):
         self.output: list[int] = []
         self.slot: int | None = None  # in flight: the history's slot this answer grows (opened by its first token)
         self.last: Proposal | None = None  # the pending proposal, for the inspector
+        self.survival = SurvivalStats()  # the cut's record: conditional survival per match-length row
+        self.pending: tuple[int, int] | None = None  # (row, drafted) of a cut proposal awaiting verification
+        self.rate = 0.0  # expected tokens per unit of target-forward time of the pending draft (mix weighs it)
 
     def _take(self, tokens: list[int]) -> None:
         """Output the request emitted joins its own index at once (arctic-inference likewise grows an
@@ -317,6 +392,7 @@ class SuffixDrafter(Drafter):
     def propose(self, context: list[int], k: int, params: SamplingParams, generator: torch.Generator) -> Draft:
         # The first token comes from the prompt's forward, which no drafter observes: the context has it.
         self._take(context[self.indexed:])
+        self.pending, self.rate = None, 0.0
         candidates = [self.own.propose(context, k, self.options, self.tree, "request"),
                       self.history.propose(context, k, self.options, self.tree, "history")]
         found = [c for c in candidates if c is not None]
@@ -325,11 +401,27 @@ class SuffixDrafter(Drafter):
         if self.last is None:
             return Draft([], None)  # nothing recalled: a plain step
         last = self.last
-        return Draft(last.tokens, None, confidence=last.confidence, parents=last.parents,
+        tokens, confidence = last.tokens, last.confidence
+        if self.verify_ratios is not None:
+            row = min(last.match, MATCH_ROWS)
+            self.rate, d = best_length(self.survival.confidence(row, len(tokens)), 0.0, self.verify_ratios)
+            if self.rate < 1.0:  # a plain step pays more than any prefix of it
+                self.rate = 0.0
+                return Draft([], None)
+            tokens, confidence, self.pending = tokens[:d], confidence[:d], (row, d)
+        return Draft(tokens, None, confidence=confidence, parents=last.parents,
                      source=f"suffix:{last.index}:{last.match}:{last.occurrences}")
+
+    def withdraw(self) -> None:
+        """The pending proposal will not be verified (`mix` chose another source): no evidence for the cut."""
+        self.pending = None
 
     def observe(self, accepted: int, emitted: list[int], hidden: dict[int, torch.Tensor],
                 verified: int | None = None) -> None:
+        if self.pending is not None:
+            row, drafted = self.pending
+            self.survival.update(row, drafted if verified is None else verified, accepted)
+        self.pending = None
         self._take(emitted)
 
     def finish(self) -> None:
@@ -339,5 +431,4 @@ class SuffixDrafter(Drafter):
             self.history.add(self.output)
 
     def memory_bytes(self) -> int:
-        return int(self.own.tokens.nbytes) + (self.history.nbytes() if self.owns_history else 0)
-
+        return int(self.own.nbytes()) + (self.history.nbytes() if self.owns_history else 0)

@@ -20,7 +20,7 @@ the margin if a near-tie ever flips).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -43,7 +43,8 @@ from .schedulers import Candidate, Scheduler
 def serving_drafter(lm: LoadedModel, config: GenerationConfig, survival: SurvivalStats | None = None,
                     costs: DraftCosts | None = None, history: SuffixHistory | None = None) -> Drafter:
     """The request's drafter as serving uses it: it proposes as far as it can and the scheduler owns the
-    verify length, so n-gram lookup drafts its whole match (its cost-aware cut is the scheduler's job)
+    verify length, so n-gram lookup drafts its whole match and the recipe book its whole proposal (their
+    cost-aware cuts are the scheduler's job)
     and reports the survival it has seen across the run's requests (`survival`, shared). `costs`: what
     a drafter that weighs proposals itself (mix) is built with, measured by the engine's owner;
     `history`: the suffix drafter's shared history (None: each request starts from an empty one)."""
@@ -52,6 +53,8 @@ def serving_drafter(lm: LoadedModel, config: GenerationConfig, survival: Surviva
         drafter = NgramDrafter(options.ngram_min, options.ngram_max, verify_ratios=None, survival=survival)
         drafter.name = config.drafter
         return drafter
+    if config.drafter == "suffix":
+        config = replace(config, drafter_options={**config.drafter_options, "suffix_cut": False})
     return make_drafter(config.drafter, lm, config, costs, history)
 
 
