@@ -10,7 +10,7 @@ builds it with them and hands the state to the loop.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 from .costmodel import DraftCosts, draft_costs
 from .decode import DecodeState, GenerationConfig, GenerationResult, decode_events, new_state, run
@@ -40,10 +40,11 @@ def drafter_factory(lm: LoadedModel, name: str) -> Callable[[], Drafter]:
     return lambda: make_drafter(name, lm, config, drafter_costs(lm, name))
 
 
-def drafter_costs(lm: LoadedModel, name: str, sized_tree: bool = False) -> DraftCosts | None:
-    """The measured costs drafter `name` is built with (None if it weighs nothing), measured the first
-    time a process asks and reused after that."""
-    needed = costs_needed(name, sized_tree)
+def drafter_costs(lm: LoadedModel, name: str, sized_tree: bool = False,
+                  options: Mapping[str, object] | None = None) -> DraftCosts | None:
+    """The measured costs drafter `name` is built with under the config's drafter `options` (None if it
+    weighs nothing), measured the first time a process asks and reused after that."""
+    needed = costs_needed(name, sized_tree, options)
     if needed is None:
         return None
     return draft_costs(lm, {other: drafter_factory(lm, other) for other in needed})
@@ -57,7 +58,7 @@ def build_drafter(lm: LoadedModel, config: GenerationConfig, costs: DraftCosts |
     if config.mode != "spec":
         return None
     if costs is None:
-        costs = drafter_costs(lm, config.drafter, config.sized_tree)
+        costs = drafter_costs(lm, config.drafter, config.sized_tree, config.drafter_options)
     return make_drafter(config.drafter, lm, config, costs, history)
 
 

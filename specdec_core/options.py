@@ -110,9 +110,9 @@ def add_generation_options(p: argparse.ArgumentParser, sweep: bool = False) -> N
                    help="suffix drafter: tokens of earlier answers it keeps, oldest evicted first (default 200000)")
     p.add_argument("--suffix-in-flight", action="store_true",
                    help="suffix drafter: an answer joins the history as it grows (arctic-inference's way), not when done")
-    p.add_argument("--no-suffix-cut", dest="suffix_cut", action="store_false",
-                   help="suffix drafter: verify its whole proposal (arctic-inference's way), not only the prefix its "
-                        "record says pays on this machine's measured verify costs")
+    p.add_argument("--suffix-cut", action="store_true",
+                   help="suffix drafter: verify only the prefix of a proposal its record says pays on this machine's "
+                        "measured verify costs (default: the whole proposal, arctic-inference's way)")
     p.add_argument("--suffix-impl", choices=("lab", "arctic"), default="lab",
                    help="suffix drafter: the lab's proposer or arctic-inference's (built by `make arctic`)")
     p.add_argument("--max-new-tokens", type=int, default=64)

@@ -337,14 +337,14 @@ def _mix_spec(mix_suffix: bool):
                             drafter_options={"suffix_factor": 4.0, "mix_suffix": mix_suffix})
 
 
-def _fixed_costs(monkeypatch, suffix_c: float = 0.001):
+def _fixed_costs(monkeypatch):
     """Fixed costs: which source pays must not hang on how busy this machine is while it measures."""
     import specdec_core as sd
     from specdec_core.costmodel import DraftCosts
     from specdec_core.drafters import MIX_MODELS
 
-    costs = DraftCosts({d: 1.0 + 0.05 * d for d in range(33)}, {**{name: 0.05 for name in MIX_MODELS}, "suffix": suffix_c})
-    monkeypatch.setattr(sd.generation, "drafter_costs", lambda lm, name, sized_tree=False: costs)
+    costs = DraftCosts({d: 1.0 + 0.05 * d for d in range(33)}, {name: 0.05 for name in MIX_MODELS})
+    monkeypatch.setattr(sd.generation, "drafter_costs", lambda lm, name, sized_tree=False, options=None: costs)
 
 
 def test_mix_recalls_an_earlier_answer_through_its_recipe_book_and_stays_exact(tiny, monkeypatch):
@@ -438,3 +438,19 @@ def test_an_answer_in_flight_is_evicted_like_any_other():
     history.add([4, 5, 6])  # 6 tokens > 5: the oldest, the answer in flight, goes
     writer.observe(0, [7], {})  # and it does not come back
     assert history.tokens.tolist() == [4, 5, 6, -1] and history.size == 3
+
+
+def test_the_cut_is_an_option_that_asks_for_this_machines_verify_ratios_and_serving_never_cuts(tiny):
+    from specdec_core.decode import GenerationConfig
+    from specdec_core.bench.modes import mode_config, parse_mode
+    from specdec_core.costmodel import DraftCosts
+    from specdec_core.drafters import costs_needed, make_drafter
+    from specdec_core.serving.engine import serving_drafter
+
+    assert costs_needed("suffix") is None and costs_needed("suffix", options={"suffix_cut": True}) == ()
+    costs = DraftCosts({d: 1.0 + 0.05 * d for d in range(33)})
+    plain = GenerationConfig(mode="spec", drafter="suffix", k=4)
+    cut = mode_config(plain, parse_mode("spec:suffix@cut=1"))
+    assert make_drafter("suffix", tiny, plain, costs).verify_ratios is None
+    assert make_drafter("suffix", tiny, cut, costs).verify_ratios == {d: 1.0 + 0.05 * d for d in range(5)}
+    assert serving_drafter(tiny, cut, costs=costs).verify_ratios is None  # the scheduler owns the verify length

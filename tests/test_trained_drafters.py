@@ -533,7 +533,7 @@ def test_offline_tau_predicts_the_decode_loops_tau(smol, drafter):
 def test_mix_records_each_steps_source_and_old_traces_still_load(tiny, tmp_path, monkeypatch):
     # Fixed costs: which source pays must not hang on how busy this machine is while it measures.
     costs = DraftCosts({d: 1.0 + 0.05 * d for d in range(33)}, {name: 0.05 for name in MIX_MODELS})
-    monkeypatch.setattr(sd.generation, "drafter_costs", lambda lm, name, sized_tree=False: costs)
+    monkeypatch.setattr(sd.generation, "drafter_costs", lambda lm, name, sized_tree=False, options=None: costs)
     prompt = "Repeat exactly: one two three four five six seven eight nine ten. one two three four five six"
     result = sd.generate(tiny, prompt, sd.GenerationConfig(mode="spec", drafter="mix", k=4, max_new_tokens=24))
     sources = {s.draft_source for s in result.trace.steps if s.drafted}

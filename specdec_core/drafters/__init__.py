@@ -85,12 +85,15 @@ def new_history(options: SuffixOptions):
     return SuffixHistory(options.suffix_history)
 
 
-def costs_needed(name: str, sized_tree: bool = False) -> tuple[str, ...] | None:
+def costs_needed(name: str, sized_tree: bool = False, options: Mapping[str, object] | None = None) -> tuple[str, ...] | None:
     """What must be measured before `name` can be built: None nothing; () this machine's verify ratios;
     a tuple of drafter names: the ratios and each of those drafters' draft-step cost. sized_tree: it
-    drafts trees sized by the cost table (`--tree-nodes 0`), which weigh the verify ratios."""
-    # mix: its model drafters' step costs; suffix: the ratios its cut weighs (a free proposal, like n-gram's)
-    return {"ngram": (), "suffix": (), "mix": MIX_MODELS}.get(name, () if sized_tree else None)
+    drafts trees sized by the cost table (`--tree-nodes 0`), which weigh the verify ratios; options: the
+    config's drafter_options (the suffix drafter weighs the ratios only with its cut)."""
+    if name == "suffix" and drafter_options(name, options or {}).suffix_cut and not sized_tree:
+        return ()
+    # mix: its model drafters' step costs (and the ratios the book's cut weighs, a free proposal like n-gram's)
+    return {"ngram": (), "mix": MIX_MODELS}.get(name, () if sized_tree else None)
 
 
 def uses_history(config) -> bool:

@@ -39,13 +39,15 @@ A proposal's score is the sum of its nodes' path probabilities, its expected acc
 counts were the target's probabilities; the best score over both indexes and all m is proposed (within
 an index a tie goes to the longer match; between the two, to the request's own, as in arctic-inference).
 
-Paying for itself (`suffix_cut`, on by default; off in the proposer compared with arctic-inference): a
-score is an expected length only if the counts were the target's probabilities, and every drafted token
-makes the verify forward longer. So, as the n-gram lookup does, the drafter keeps a running conditional
-survival per match length (what the target actually accepted after a match of m tokens) and verifies only
-the prefix of the proposal that pays under this machine's measured verify ratios, or nothing when a plain
-step pays more. The proposal is computed either way (its cost is paid before the choice, so the cut
-charges it nothing). Chains only: a tree's size is its own.
+Paying for itself (`suffix_cut`, off by default, as in arctic-inference; `mix` always cuts the book's
+proposal, to weigh it against its other sources): a score is an expected length only if the counts were
+the target's probabilities, and every drafted token makes the verify forward longer. So, as the n-gram
+lookup does, the drafter can keep a running conditional survival per match length (what the target
+actually accepted after a match of m tokens) and verify only the prefix of the proposal that pays under
+this machine's measured verify ratios, or nothing when a plain step pays more. The proposal is computed
+either way (its cost is paid before the choice, so the cut charges it nothing). Chains only: a tree's
+size is its own. Measured on an AMD EPYC (BENCHMARKS §19d) the cut cost more than it saved: the
+min_prob floor already stops most drafts that would fail, and a verify row is cheap there.
 
 The drafts are chosen, not sampled: q is one-hot (`Draft.q` None), so sampled verification accepts a
 draft x with the target's p(x) and resamples from p with x removed (`sampling`, `trees/verify.py`):
@@ -88,7 +90,7 @@ class SuffixOptions:
     suffix_in_flight: bool = False
     suffix_impl: str = "lab"  # "lab" (this file) or "arctic" (arctic-inference's cache, `suffix_arctic.py`)
     # verify only as much of a chain as its record pays for on this machine (see the docstring); off: all of it
-    suffix_cut: bool = True
+    suffix_cut: bool = False
 
     def validate(self, num_layers: int) -> None:
         if self.suffix_depth < 1:

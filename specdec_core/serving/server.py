@@ -27,7 +27,7 @@ MODES = ("ar", "spec")  # what the engine batches; nar and jacobi run their own 
 def decode_drafter(lm: LoadedModel, config: GenerationConfig, survival=None):
     """A request's drafter exactly as `generation.generate` builds it (the drafter keeps its own verify length),
     with this machine's costs (measured at the first request that needs them, then reused by the process)."""
-    return make_drafter(config.drafter, lm, config, drafter_costs(lm, config.drafter, config.sized_tree))
+    return make_drafter(config.drafter, lm, config, drafter_costs(lm, config.drafter, config.sized_tree, config.drafter_options))
 
 
 class BatchServer:
