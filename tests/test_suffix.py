@@ -454,3 +454,12 @@ def test_the_cut_is_an_option_that_asks_for_this_machines_verify_ratios_and_serv
     assert make_drafter("suffix", tiny, plain, costs).verify_ratios is None
     assert make_drafter("suffix", tiny, cut, costs).verify_ratios == {d: 1.0 + 0.05 * d for d in range(5)}
     assert serving_drafter(tiny, cut, costs=costs).verify_ratios is None  # the scheduler owns the verify length
+
+
+def test_mix_refuses_arctics_book_with_one_line(tiny):
+    from specdec_core.drafters import check_drafter
+    from specdec_core.errors import SpecDecError
+
+    with pytest.raises(SpecDecError, match="drop --suffix-impl arctic or --mix-suffix"):
+        check_drafter("mix", {"mix_suffix": True, "suffix_impl": "arctic"}, tiny)
+    check_drafter("mix", {"mix_suffix": True}, tiny)  # the lab's book: fine

@@ -70,6 +70,9 @@ def check_drafter(name: str, values: Mapping[str, object], lm: LoadedModel, tree
     options = drafter_options(name, values)
     if options is not None:
         options.validate(lm.model.config.num_hidden_layers)
+    if name == "mix" and options.mix_suffix and drafter_options("suffix", values).suffix_impl == "arctic":
+        raise SpecDecError("mix weighs the lab's recipe book (its cut and record): drop --suffix-impl arctic "
+                           "or --mix-suffix")
     if name == "suffix" and options.suffix_impl == "arctic":
         from .suffix_arctic import arctic_cache_class
 

@@ -44,8 +44,8 @@ def serving_drafter(lm: LoadedModel, config: GenerationConfig, survival: Surviva
                     costs: DraftCosts | None = None, history: SuffixHistory | None = None) -> Drafter:
     """The request's drafter as serving uses it: it proposes as far as it can and the scheduler owns the
     verify length, so n-gram lookup drafts its whole match and the recipe book its whole proposal (their
-    cost-aware cuts are the scheduler's job)
-    and reports the survival it has seen across the run's requests (`survival`, shared). `costs`: what
+    cost-aware cuts are the scheduler's job); n-gram lookup reports the survival it has seen across the
+    run's requests (`survival`, shared). `costs`: what
     a drafter that weighs proposals itself (mix) is built with, measured by the engine's owner;
     `history`: the suffix drafter's shared history (None: each request starts from an empty one)."""
     if config.drafter in ("ngram", "ngram-fixed"):
